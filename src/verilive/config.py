@@ -1,0 +1,126 @@
+"""The one typed settings object.
+
+Values come, highest priority first, from: keyword arguments, ``VERILIVE_*`` environment
+variables, a ``.env`` file in the working directory, the TOML file named by ``VERILIVE_CONFIG``,
+and the defaults below. No other module reads the environment.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import tomllib
+from functools import lru_cache
+from pathlib import Path
+from typing import Any, Literal
+
+import platformdirs
+from pydantic import Field, field_validator
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+)
+
+ENV_PREFIX = "VERILIVE_"
+
+
+class _TomlFileSource(PydanticBaseSettingsSource):
+    """Reads the file named by VERILIVE_CONFIG (TOML, top-level keys = field names)."""
+
+    def __init__(self, settings_cls: type[BaseSettings]) -> None:
+        super().__init__(settings_cls)
+        path = os.environ.get(f"{ENV_PREFIX}CONFIG")
+        self._data: dict[str, Any] = {}
+        if path:
+            p = Path(path)
+            if not p.is_file():
+                raise ValueError(f"VERILIVE_CONFIG names {p}, which is not a file")
+            with p.open("rb") as f:
+                self._data = tomllib.load(f)
+
+    def get_field_value(self, field: Any, field_name: str) -> tuple[Any, str, bool]:
+        return self._data.get(field_name), field_name, False
+
+    def __call__(self) -> dict[str, Any]:
+        return {k: v for k, v in self._data.items() if k in self.settings_cls.model_fields}
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX,
+        env_file=".env",
+        extra="ignore",
+        validate_default=True,
+    )
+
+    # --- network ---
+    host: str = Field("127.0.0.1", description="Address the services listen on.")
+    face_port: int = Field(8080, ge=0, le=65535, description="Port of the face liveness service.")
+    voice_port: int = Field(8081, ge=0, le=65535, description="Port of the voice analysis service.")
+    capture_port: int = Field(8082, ge=0, le=65535, description="Port of the capture liveness service.")
+
+    # --- models ---
+    models_dir: Path = Field(
+        default_factory=lambda: Path(platformdirs.user_cache_dir("verilive")) / "models",
+        description="Where pulled and converted models live.",
+    )
+    model_mirror: Path | None = Field(
+        None, description="Local folder searched first, by file name, for model source files."
+    )
+    require_models: bool = Field(
+        True, description="Refuse to start a service whose models are not installed."
+    )
+    onnx_intra_op_threads: int = Field(
+        0, ge=0, description="onnxruntime intra-op threads per session (0 = onnxruntime's default)."
+    )
+
+    # --- limits ---
+    max_body_bytes: int = Field(
+        50 * 1024 * 1024, gt=0, description="Largest request body accepted; larger ones get 413."
+    )
+    max_audio_seconds: float = Field(
+        4 * 3600.0, gt=0, description="Longest decoded audio accepted, in seconds."
+    )
+
+    # --- licence and identity ---
+    license_expiration_date: dt.date = Field(
+        dt.date(2099, 12, 31),
+        description="Date reported as the licence expiry; /health answers 503 after it.",
+    )
+    git_commit: str | None = Field(
+        None, description="Commit reported by get_build_info when the install has no git checkout."
+    )
+
+    # --- capture service ---
+    capture_api_version: Literal["2.0.0", "2.1.0"] = Field(
+        "2.1.0", description="Capture liveness interface version to answer as (2.0.0 for old clients)."
+    )
+
+    # --- logging ---
+    log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
+    log_json: bool = Field(True, description="Structured JSON log lines (false: plain text).")
+
+    @field_validator("model_mirror", mode="before")
+    @classmethod
+    def _empty_is_none(cls, v: Any) -> Any:
+        return None if v in ("", None) else v
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return (init_settings, env_settings, dotenv_settings, _TomlFileSource(settings_cls))
+
+    def port_of(self, service: str) -> int:
+        return {"face": self.face_port, "voice": self.voice_port, "capture": self.capture_port}[service]
+
+
+@lru_cache(maxsize=1)
+def get_settings() -> Settings:
+    return Settings()
