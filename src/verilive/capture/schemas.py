@@ -1,0 +1,37 @@
+"""Response models of the capture liveness service, spelt as in capture-liveness.md."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict
+
+from verilive.server.types import Float
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+class ApiVersion(_Model):
+    product: str
+    version: str
+    expirationDate: str
+
+
+class CaptureLiveness(_Model):
+    probability: Float
+    score: Float | None = None
+    rejection: list[str] | None = None
+
+
+class FaceLiveness(_Model):
+    probability: Float
+
+
+class CaptureLivenessResponse(_Model):
+    capture_liveness: CaptureLiveness
+    face_liveness: FaceLiveness | None = None
+
+
+class ExtractDataResponse(_Model):
+    photo: str | None = None
+    external: str | None = None

@@ -1,0 +1,154 @@
+"""Builds the FastAPI app of one service: routers, errors, middleware, metrics, Swagger UI."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+
+from fastapi import APIRouter, FastAPI
+
+import verilive
+from verilive.config import Settings, get_settings
+from verilive.models.sessions import ModelRegistry
+from verilive.server import health
+from verilive.server.buildinfo import git_commit
+from verilive.server.context import ServiceContext
+from verilive.server.errors import install_error_handlers
+from verilive.server.metrics import ServiceMetrics
+from verilive.server.middleware import RequestContextMiddleware
+from verilive.server.openapi import install_openapi
+from verilive.server.swagger import install_swagger
+
+log = logging.getLogger("verilive.server")
+
+SERVICES = ("face", "voice", "capture")
+
+
+@dataclass(frozen=True)
+class ServiceDefinition:
+    name: str
+    title: str
+    description: str
+    api_version: Callable[[Settings], str]
+    required_models: tuple[str, ...]
+    router: Callable[[Settings], APIRouter]
+    error_code_map: Callable[[str | None], str | None] | None = None
+
+
+def _voice_router(settings: Settings) -> APIRouter:
+    from verilive.voice.api import router
+
+    return router
+
+
+def _face_router(settings: Settings) -> APIRouter:
+    from verilive.face.api import router
+
+    return router
+
+
+def _capture_router(settings: Settings) -> APIRouter:
+    from verilive.capture.api import build_router
+
+    return build_router(settings.capture_api_version)
+
+
+def _capture_codes(code: str | None) -> str | None:
+    from verilive.capture.api import capture_error_code
+
+    return capture_error_code(code)
+
+
+DEFINITIONS: dict[str, ServiceDefinition] = {
+    "voice": ServiceDefinition(
+        name="voice",
+        title="verilive voice analysis",
+        description="Voice templates, matching, identification, speech analysis (voice-analysis.md 1.12.5).",
+        api_version=lambda s: "1.12.5",
+        required_models=("silero_vad",),
+        router=_voice_router,
+    ),
+    "face": ServiceDefinition(
+        name="face",
+        title="verilive face liveness",
+        description="Passive face liveness (face-liveness.md).",
+        # BI date parameters are optional from server version 1.30 on, and so they are here.
+        api_version=lambda s: "1.30.0",
+        required_models=("centerface",),
+        router=_face_router,
+    ),
+    "capture": ServiceDefinition(
+        name="capture",
+        title="verilive capture liveness",
+        description="Liveness of encrypted capture bundles (capture-liveness.md).",
+        api_version=lambda s: s.capture_api_version,
+        required_models=("centerface",),
+        router=_capture_router,
+        error_code_map=_capture_codes,
+    ),
+}
+
+
+def create_service_app(
+    service: str,
+    settings: Settings | None = None,
+    models: ModelRegistry | None = None,
+) -> FastAPI:
+    if service not in DEFINITIONS:
+        raise ValueError(f"unknown service {service!r}; choose one of {', '.join(SERVICES)}")
+    definition = DEFINITIONS[service]
+    settings = settings or get_settings()
+    models = models or ModelRegistry(settings)
+    metrics = ServiceMetrics(service)
+    ctx = ServiceContext(
+        service=service,
+        api_version=definition.api_version(settings),
+        settings=settings,
+        models=models,
+        metrics=metrics,
+        required_models=definition.required_models,
+    )
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        # Load models up front: the first request should not pay for it, and /health
+        # must say at once when a model is broken.
+        models.load(list(definition.required_models))
+        for mid, st in models.status().items():
+            if mid in definition.required_models:
+                metrics.model_info.labels(
+                    service,
+                    mid,
+                    str(st.get("version", "")),
+                    str(st.get("sha256", "")),
+                    str(st.get("licence", "")),
+                ).set(1 if st.get("loaded") else 0)
+        for mid in models.missing(list(definition.required_models)):
+            log.error("model %s is not installed; run: verilive models pull %s", mid, mid)
+        yield
+
+    app = FastAPI(
+        title=definition.title,
+        description=definition.description,
+        version=verilive.__version__,
+        lifespan=lifespan,
+        docs_url=None,  # the default page loads Swagger UI from a CDN; ours is local
+        redoc_url=None,
+        openapi_url="/openapi.json",
+    )
+    app.state.ctx = ctx
+    app.state.error_code_map = definition.error_code_map
+    metrics.set_license_expiry(settings.license_expiration_date)
+    metrics.build_info.labels(
+        service, verilive.__version__, git_commit(settings.git_commit), ctx.api_version
+    ).set(1)
+
+    install_error_handlers(app)
+    app.include_router(definition.router(settings))
+    app.include_router(health.router)
+    install_swagger(app)
+    install_openapi(app)
+    app.add_middleware(RequestContextMiddleware, metrics=metrics, max_body_bytes=settings.max_body_bytes)
+    return app

@@ -1,0 +1,55 @@
+"""Per-service state shared by the routers of one app: settings, models, metrics, engines."""
+
+from __future__ import annotations
+
+import datetime as dt
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from fastapi import Request
+
+from verilive.config import Settings
+from verilive.models.sessions import ModelRegistry
+from verilive.server.metrics import ServiceMetrics, license_expiry_instant
+
+T = TypeVar("T")
+
+
+@dataclass
+class ServiceContext:
+    service: str
+    api_version: str
+    settings: Settings
+    models: ModelRegistry
+    metrics: ServiceMetrics
+    required_models: tuple[str, ...]
+    _engines: dict[str, Any] = field(default_factory=dict)
+    _lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def license_expiration_date(self) -> dt.date:
+        return self.settings.license_expiration_date
+
+    def license_expires_at(self) -> dt.datetime:
+        return license_expiry_instant(self.settings.license_expiration_date)
+
+    def license_expired(self, now: dt.datetime | None = None) -> bool:
+        now = now or dt.datetime.now(dt.UTC)
+        return now > self.license_expires_at()
+
+    def engine(self, name: str, factory: Callable[[], T]) -> T:
+        """Build an engine once per app, on first use, safely across threads."""
+        eng = self._engines.get(name)
+        if eng is None:
+            with self._lock:
+                eng = self._engines.get(name)
+                if eng is None:
+                    eng = factory()
+                    self._engines[name] = eng
+        return eng  # type: ignore[no-any-return]
+
+
+def get_context(request: Request) -> ServiceContext:
+    return request.app.state.ctx  # type: ignore[no-any-return]

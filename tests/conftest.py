@@ -1,0 +1,37 @@
+"""Shared fixtures.
+
+`models_settings` makes sure every model a service needs is installed (pulling from
+VERILIVE_MODEL_MIRROR or upstream, exactly as `verilive models pull` does), so tests run on
+the real models and never silently skip them.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from verilive.config import Settings
+from verilive.models.store import ModelStore
+from verilive.server.app import DEFINITIONS
+
+SHARED = Path(__file__).resolve().parents[2] / "shared"
+
+
+@pytest.fixture(scope="session")
+def models_settings() -> Settings:
+    settings = Settings(require_models=True)
+    store = ModelStore.from_settings(settings)
+    needed = sorted({m for d in DEFINITIONS.values() for m in d.required_models})
+    for mid in store.missing(needed):
+        store.pull(mid)
+    return settings
+
+
+@pytest.fixture(scope="session")
+def shared_dir() -> Path:
+    path = Path(os.environ.get("VERILIVE_SHARED_DIR", SHARED))
+    if not path.is_dir():
+        pytest.fail(f"development data folder {path} is missing (set VERILIVE_SHARED_DIR)")
+    return path
