@@ -1,0 +1,105 @@
+"""The `verilive` command: serve the services, manage models, print the version."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Annotated
+
+import typer
+from rich.console import Console
+
+import verilive
+from verilive.config import Settings, get_settings
+
+app = typer.Typer(
+    help="verilive: self-hosted voice analysis, face liveness and capture liveness.", no_args_is_help=True
+)
+err = Console(stderr=True)
+
+
+class ServiceName(StrEnum):
+    voice = "voice"
+    face = "face"
+    capture = "capture"
+    all = "all"
+
+
+def _mount_models() -> None:
+    from verilive.models.cli import models_app
+
+    app.add_typer(models_app, name="models", help="Pull, list and verify models.")
+
+
+@app.command()
+def version() -> None:
+    """Print the verilive version."""
+    typer.echo(verilive.__version__)
+
+
+@app.command()
+def serve(
+    service: Annotated[ServiceName, typer.Argument(help="voice, face, capture, or all (three ports).")],
+    host: Annotated[str | None, typer.Option(help="Listen address (default from VERILIVE_HOST).")] = None,
+    port: Annotated[int | None, typer.Option(help="Port, for a single service.")] = None,
+    face_port: Annotated[int | None, typer.Option(help="Face port with 'all' (default 8080).")] = None,
+    voice_port: Annotated[int | None, typer.Option(help="Voice port with 'all' (default 8081).")] = None,
+    capture_port: Annotated[int | None, typer.Option(help="Capture port with 'all' (default 8082).")] = None,
+) -> None:
+    """Run one service, or all three in one process on three ports."""
+    from verilive.models.sessions import ModelRegistry, install_hint
+    from verilive.server.app import DEFINITIONS, SERVICES, create_service_app
+    from verilive.server.logs import configure_logging
+    from verilive.server.runner import run_apps
+
+    settings: Settings = get_settings()
+    overrides = {
+        k: v
+        for k, v in {
+            "host": host,
+            "face_port": face_port,
+            "voice_port": voice_port,
+            "capture_port": capture_port,
+        }.items()
+        if v is not None
+    }
+    if port is not None:
+        if service is ServiceName.all:
+            raise typer.BadParameter(
+                "use --face-port/--voice-port/--capture-port with 'all'", param_hint="--port"
+            )
+        overrides[f"{service.value}_port"] = port
+    if overrides:
+        settings = settings.model_copy(update=overrides)
+    configure_logging(settings.log_level, settings.log_json)
+
+    names = list(SERVICES) if service is ServiceName.all else [service.value]
+    registry = ModelRegistry(settings)
+    needed = sorted({m for n in names for m in DEFINITIONS[n].required_models})
+    missing = registry.missing(needed)
+    if missing and settings.require_models:
+        err.print(f"[red]Models not installed:[/red] {', '.join(missing)} (models dir {settings.models_dir})")
+        err.print(f"Install them with: [bold]{install_hint(missing)}[/bold]")
+        raise typer.Exit(2)
+
+    apps = [(create_service_app(n, settings, registry), settings.host, settings.port_of(n)) for n in names]
+    for n in names:
+        err.print(
+            f"verilive {n} on http://{settings.host}:{settings.port_of(n)}"
+            "  (Swagger UI: /swagger-ui/index.html)"
+        )
+    try:
+        run_apps(apps, settings.log_level)
+    except RuntimeError as exc:
+        err.print(f"[red]{exc}[/red]")
+        raise typer.Exit(1) from exc
+
+
+_mount_models()
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()
