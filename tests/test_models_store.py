@@ -203,7 +203,10 @@ def onnx_model(tmp_path: Path) -> Path:
 
 def test_packaged_manifest() -> None:
     m = default_manifest()
-    assert m.ids == ["silero_vad", "centerface"]
+    assert m.ids == ["silero_vad", "centerface", "campplus"]
+    cam = m.get("campplus")
+    assert cam.sha256 == "92f29b94e6948786a26778c9e302525d185bb08c8b9f5252ed98776902840199"
+    assert cam.convert is not None and cam.check is not None and cam.licence == "Apache-2.0"
     vad, cf = m.get("silero_vad"), m.get("centerface")
     assert vad.sha256 == "1a153a22f4509e292a94e67d6f9b85e8deb25b4988682b7e174c65279d8788e3"
     assert cf.sha256 == "09189deaaf8646c5c51a68447e3c744ea1e211798155d4728c20507b9f5aefbc"
@@ -600,10 +603,10 @@ def test_registry_missing_hint_and_load_failures(
 @pytest.mark.skipif(not REAL_MIRROR.is_dir(), reason="shared model mirror not present")
 def test_real_models_from_mirror(models_dir: Path, no_upstream: None) -> None:
     store = ModelStore(models_dir, mirror=REAL_MIRROR, allow_upstream=False)
-    for mid in ("silero_vad", "centerface"):
-        res = store.pull(mid)  # runs the packaged check vector
+    for mid in ("silero_vad", "centerface", "campplus"):
+        res = store.pull(mid)  # runs the packaged check vector (and the conversion for campplus)
         assert res.origin == "mirror"
-        assert store.verify(mid).sha256 == store.spec(mid).sha256
+        assert store.verify(mid).source_sha256 == store.spec(mid).sha256
     reg = ModelRegistry(Settings(models_dir=models_dir, model_mirror=None), store=store)
     assert reg.load() == {}
     assert all(s["loaded"] and s["error"] is None for s in reg.status().values())
