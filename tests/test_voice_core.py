@@ -161,7 +161,7 @@ def test_minimum_sample_rate(voice: TestClient) -> None:
 
 # ------------------------------------------------------------------ bad input on samples and JSON endpoints
 
-SAMPLES = "/speech_summary_engine/get_speech_summary_from_samples"
+SAMPLES = "/attributes_estimator/estimate_with_samples"
 OCTET = {"content-type": "application/octet-stream"}
 
 

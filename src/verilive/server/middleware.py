@@ -97,8 +97,14 @@ class RequestContextMiddleware:
                     return
                 if message["type"] == "http.response.start":
                     status_holder["status"] = message["status"]
+                    # Server time up to the first response byte, for clients and benchmarks.
+                    timing = f"app;dur={(time.perf_counter() - start) * 1000:.1f}".encode()
                     message.setdefault("headers", [])
-                    message["headers"] = [*message["headers"], (b"x-request-id", rid.encode())]
+                    message["headers"] = [
+                        *message["headers"],
+                        (b"x-request-id", rid.encode()),
+                        (b"server-timing", timing),
+                    ]
                 await send(message)
 
             try:

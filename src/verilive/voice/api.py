@@ -10,7 +10,10 @@ import base64
 from typing import Annotated
 
 import numpy as np
+import orjson
 from fastapi import APIRouter, Body, Depends, File, Query, Request, UploadFile
+from fastapi.responses import Response
+from starlette.concurrency import run_in_threadpool
 
 import verilive
 from verilive.audio import MIN_SAMPLE_RATE, Audio, decode_file, decode_file_pcm16, decode_pcm16
@@ -19,6 +22,13 @@ from verilive.server.buildinfo import PROJECT_LICENSE, components_string, git_co
 from verilive.server.context import ServiceContext, get_context
 from verilive.server.types import Int32
 from verilive.server.uploads import OCTET_STREAM_BODY, read_part, read_raw_body, require_multipart
+from verilive.voice.engine import (
+    INIT_DATA_ID,
+    VoiceEngine,
+    check_configuration,
+)
+from verilive.voice.idlist import matched_indexes
+from verilive.voice.quality import RECOMMENDED, QualityMetrics, QualityThresholds, decide, obtained_values
 from verilive.voice.schemas import (
     AntispoofResult,
     Attributes,
@@ -33,12 +43,15 @@ from verilive.voice.schemas import (
     Pcm16SamplesResult,
     QualityCheckEngineResult,
     QualityCheckMetricsThresholds,
+    QualityCheckResultResponse,
+    QualityShortDescription,
     Scenario,
     SpeechSummary,
     TemplateCreationWithChecksResult,
     TemplateMatchRequest,
     VerifyResult,
 )
+from verilive.voice.templates import VoiceTemplate
 
 Ctx = Annotated[ServiceContext, Depends(get_context)]
 Multipart = [Depends(require_multipart)]
@@ -63,6 +76,53 @@ NumSpeakers = Annotated[
     int | None,
     Query(ge=1, le=64, description="Number of speakers, when known.", json_schema_extra={"format": "int32"}),
 ]
+
+
+def engine_of(ctx: ServiceContext) -> VoiceEngine:
+    return ctx.engine("voice", lambda: VoiceEngine.from_registry(ctx.models))
+
+
+async def run(fn, *args, **kwargs):  # type: ignore[no-untyped-def]
+    # Model inference is CPU-bound: keep it off the event loop.
+    return await run_in_threadpool(fn, *args, **kwargs)
+
+
+def engine_result(m: QualityMetrics, verdict: QualityShortDescription) -> QualityCheckEngineResult:
+    return QualityCheckEngineResult(
+        snrDb=m.snr_db,
+        speechLengthMs=m.speech_ms,
+        speechRelativeLength=m.speech_relative,
+        multipleSpeakersDetectorScore=m.multiple_speakers,
+        qualityCheckShortDescription=verdict,
+    )
+
+
+def quality_check(engine: VoiceEngine, audio: Audio, t: QualityThresholds) -> QualityCheckEngineResult:
+    m = engine.quality(engine.analyse(audio))
+    return engine_result(m, decide(m, t))
+
+
+def checked_creation(
+    engine: VoiceEngine,
+    audio: Audio,
+    t: QualityThresholds,
+    channel: ChannelType | None,
+    configuration: str | None,
+) -> TemplateCreationWithChecksResult:
+    """All metrics are reported and the template is returned even when a check fails: the
+    caller decides (docs/voice.md#checked-template-creation)."""
+    a = engine.analyse(audio)
+    template = engine.create_template(audio, channel, configuration, analysis=a)
+    m = engine.quality(a)
+    verdict = decide(m, t)
+    return TemplateCreationWithChecksResult(
+        antispoofResult=None,
+        qualityCheckResult=QualityCheckResultResponse(
+            thresholdValues=t.as_dict(), obtainedValues=obtained_values(m), qualityShortDescription=verdict
+        ),
+        qualityCheckEngineResult=engine_result(m, verdict),
+        voiceTemplate=template.encode(),
+    )
 
 
 def _not_yet(what: str) -> NotImplementedYet:
@@ -135,7 +195,8 @@ async def get_build_info(ctx: Ctx) -> BuildInfo:
 async def match_voice_templates(
     ctx: Ctx, request: TemplateMatchRequest, configuration: Configuration = None
 ) -> VerifyResult:
-    raise _not_yet("Template matching")
+    score, probability = engine_of(ctx).match(request.template1, request.template2, configuration)
+    return VerifyResult(score=score, probability=probability)
 
 
 @router.post("/voice_template_factory/merge_voice_templates", response_model=str, tags=["templates"])
@@ -144,7 +205,7 @@ async def merge_voice_templates(
     templates: Annotated[list[str], Body(description="Voice templates to merge.")],
     configuration: Configuration = None,
 ) -> str:
-    raise _not_yet("Template merging")
+    return engine_of(ctx).merge(templates, configuration)
 
 
 @router.post(
@@ -153,7 +214,7 @@ async def merge_voice_templates(
 async def get_voice_template_init_data_id(
     ctx: Ctx, template: Annotated[str, Body(description="A voice template.")]
 ) -> str:
-    raise _not_yet("Template inspection")
+    return VoiceTemplate.decode(template).init_data_id
 
 
 @router.post(
@@ -169,8 +230,10 @@ async def create_voice_template_from_samples(
     channel_type: ChannelQ = None,
     configuration: Configuration = None,
 ) -> str:
-    await samples_audio(request, ctx, sample_rate)
-    raise _not_yet("Voice template creation")
+    check_configuration(configuration)
+    audio = await samples_audio(request, ctx, sample_rate)
+    template = await run(engine_of(ctx).create_template, audio, channel_type, configuration)
+    return template.encode()
 
 
 @router.post(
@@ -185,8 +248,10 @@ async def create_voice_template_from_file(
     channel_type: Annotated[ChannelType, Query(description="MIC, TEL or MIXED.")] = ChannelType.TEL,
     configuration: Configuration = None,
 ) -> str:
-    await file_audio(wav_file, "wav_file", ctx)
-    raise _not_yet("Voice template creation")
+    check_configuration(configuration)
+    audio = await file_audio(wav_file, "wav_file", ctx)
+    template = await run(engine_of(ctx).create_template, audio, channel_type, configuration)
+    return template.encode()
 
 
 @router.post(
@@ -206,8 +271,14 @@ async def create_voice_template_checked_from_samples(
     channel_type: ChannelQ = None,
     configuration: Configuration = None,
 ) -> TemplateCreationWithChecksResult:
-    await samples_audio(request, ctx, sample_rate)
-    raise _not_yet("Checked voice template creation")
+    t = QualityThresholds(
+        minimum_snr_db,
+        minimum_speech_length_ms,
+        minimum_speech_relative_length,
+        maximumMultipleSpeakersDetectorScore,
+    ).validated()
+    audio = await samples_audio(request, ctx, sample_rate)
+    return await run(checked_creation, engine_of(ctx), audio, t, channel_type, configuration)
 
 
 @router.post(
@@ -226,8 +297,14 @@ async def create_voice_template_checked_from_file(
     channel_type: ChannelQ = None,
     configuration: Configuration = None,
 ) -> TemplateCreationWithChecksResult:
-    await file_audio(wav_file, "wav_file", ctx)
-    raise _not_yet("Checked voice template creation")
+    t = QualityThresholds(
+        minimum_snr_db,
+        minimum_speech_length_ms,
+        minimum_speech_relative_length,
+        maximumMultipleSpeakersDetectorScore,
+    ).validated()
+    audio = await file_audio(wav_file, "wav_file", ctx)
+    return await run(checked_creation, engine_of(ctx), audio, t, channel_type, configuration)
 
 
 @router.get(
@@ -242,7 +319,8 @@ async def get_minimum_audio_sample_rate(ctx: Ctx, configuration: Configuration =
 
 @router.get("/voice_template_factory/get_init_data_id", response_model=str, tags=["templates"])
 async def get_init_data_id(ctx: Ctx, configuration: Configuration = None) -> str:
-    raise _not_yet("Template factory init data")
+    check_configuration(configuration)
+    return INIT_DATA_ID
 
 
 # ---------------------------------------------------------------- identification
@@ -250,12 +328,12 @@ async def get_init_data_id(ctx: Ctx, configuration: Configuration = None) -> str
 
 @router.post("/identification_engine/create_identification_list", response_model=str, tags=["identification"])
 async def create_identification_list(ctx: Ctx, request: CreateListRequest) -> str:
-    raise _not_yet("Identification")
+    return await run(engine_of(ctx).create_list, request.voice_templates)
 
 
 @router.post("/identification_engine/enrich_identification_list", response_model=str, tags=["identification"])
 async def enrich_identification_list(ctx: Ctx, request: EnrichListRequest) -> str:
-    raise _not_yet("Identification")
+    return await run(engine_of(ctx).enrich_list, request.identification_list, request.voice_templates)
 
 
 @router.post(
@@ -265,8 +343,13 @@ async def identify(
     ctx: Ctx,
     request: IdentifyRequest,
     acceptance_level: OptFloat = None,
-) -> IdentificationResultModel:
-    raise _not_yet("Identification")
+) -> Response:
+    scores, threshold = await run(
+        engine_of(ctx).identify, request.voice_template, request.identification_list, acceptance_level
+    )
+    # 100,000 scores: orjson writes the numpy array directly, ~50x faster than validating a list.
+    body = orjson.dumps({"scores": scores, "threshold": threshold}, option=orjson.OPT_SERIALIZE_NUMPY)
+    return Response(body, media_type="application/json")
 
 
 @router.post(
@@ -275,7 +358,7 @@ async def identify(
     tags=["identification"],
 )
 async def get_indexes_of_matched_templates(ctx: Ctx, result: IdentificationResultModel) -> list[int]:
-    raise _not_yet("Identification")
+    return matched_indexes(result.scores, result.threshold)
 
 
 # ---------------------------------------------------------------- audio analysis
@@ -290,8 +373,8 @@ async def get_indexes_of_matched_templates(ctx: Ctx, result: IdentificationResul
 async def get_speech_summary_from_samples(
     ctx: Ctx, request: Request, sample_rate: SampleRate
 ) -> SpeechSummary:
-    await samples_audio(request, ctx, sample_rate)
-    raise _not_yet("Speech summary")
+    audio = await samples_audio(request, ctx, sample_rate)
+    return await run(engine_of(ctx).speech_summary, audio)
 
 
 @router.post(
@@ -301,8 +384,8 @@ async def get_speech_summary_from_samples(
     dependencies=Multipart,
 )
 async def get_speech_summary_from_file(ctx: Ctx, wav_file: WavFile) -> SpeechSummary:
-    await file_audio(wav_file, "wav_file", ctx)
-    raise _not_yet("Speech summary")
+    audio = await file_audio(wav_file, "wav_file", ctx)
+    return await run(engine_of(ctx).speech_summary, audio)
 
 
 @router.post(
@@ -312,16 +395,16 @@ async def get_speech_summary_from_file(ctx: Ctx, wav_file: WavFile) -> SpeechSum
     openapi_extra=OCTET_STREAM_BODY,
 )
 async def compute_snr_with_samples(ctx: Ctx, request: Request, sample_rate: SampleRate) -> float:
-    await samples_audio(request, ctx, sample_rate)
-    raise _not_yet("SNR")
+    audio = await samples_audio(request, ctx, sample_rate)
+    return await run(engine_of(ctx).snr, audio)
 
 
 @router.post(
     "/snr_computer/compute_with_file", response_model=float, tags=["analysis"], dependencies=Multipart
 )
 async def compute_snr_with_file(ctx: Ctx, wav_file: WavFile) -> float:
-    await file_audio(wav_file, "wav_file", ctx)
-    raise _not_yet("SNR")
+    audio = await file_audio(wav_file, "wav_file", ctx)
+    return await run(engine_of(ctx).snr, audio)
 
 
 @router.post(
@@ -339,8 +422,14 @@ async def check_quality_from_samples(
     minimum_speech_relative_length: OptFloat = None,
     maximum_multiple_speakers_detector_score: OptFloat = None,
 ) -> QualityCheckEngineResult:
-    await samples_audio(request, ctx, sample_rate)
-    raise _not_yet("Quality check")
+    t = QualityThresholds(
+        minimum_snr_db,
+        minimum_speech_length_ms,
+        minimum_speech_relative_length,
+        maximum_multiple_speakers_detector_score,
+    ).validated()
+    audio = await samples_audio(request, ctx, sample_rate)
+    return await run(quality_check, engine_of(ctx), audio, t)
 
 
 @router.post(
@@ -357,8 +446,14 @@ async def check_quality_from_file(
     minimum_speech_relative_length: OptFloat = None,
     maximum_multiple_speakers_detector_score: OptFloat = None,
 ) -> QualityCheckEngineResult:
-    await file_audio(audio_file, "audio_file", ctx)
-    raise _not_yet("Quality check")
+    t = QualityThresholds(
+        minimum_snr_db,
+        minimum_speech_length_ms,
+        minimum_speech_relative_length,
+        maximum_multiple_speakers_detector_score,
+    ).validated()
+    audio = await file_audio(audio_file, "audio_file", ctx)
+    return await run(quality_check, engine_of(ctx), audio, t)
 
 
 @router.get(
@@ -367,7 +462,7 @@ async def check_quality_from_file(
     tags=["analysis"],
 )
 async def get_recommended_thresholds(ctx: Ctx, scenario: Scenario) -> QualityCheckMetricsThresholds:
-    raise _not_yet("Recommended thresholds")
+    return QualityCheckMetricsThresholds(**RECOMMENDED[scenario].as_dict())
 
 
 @router.post(

@@ -1,0 +1,274 @@
+"""The voice engine: speech summary, SNR, quality, templates, matching, identification.
+
+Pure Python/numpy over the model wrappers; usable without the server:
+
+    from verilive.voice import VoiceEngine
+    engine = VoiceEngine.from_registry(ModelRegistry())
+    t = engine.create_template(decode_file(open("a.wav", "rb").read()))
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from functools import cached_property
+from importlib.resources import files
+
+import numpy as np
+
+from verilive.audio import Audio
+from verilive.errors import InvalidInput, InvalidParameter
+from verilive.models.sessions import ModelRegistry
+from verilive.voice import snr as snr_mod
+from verilive.voice.campplus import CamPlusPlus
+from verilive.voice.channel import CHANNEL_FLAG, model_inputs, resolve_channel
+from verilive.voice.idlist import IdentificationList
+from verilive.voice.quality import QualityMetrics
+from verilive.voice.schemas import AudioInterval, ChannelType, SpeechEvent, SpeechInfo, SpeechSummary
+from verilive.voice.templates import VoiceTemplate, cosine, merge
+from verilive.voice.vad import SileroVad, VadConfig, segments_from_probabilities
+
+INIT_DATA_ID = "verilive-campplus-v1"
+CONFIGURATIONS = ("default",)
+EMBED_RELU = False  # 3D-Speaker's original output; see docs/verification.md for the measurement
+# Templates drop long non-speech stretches but keep word edges and short pauses: splicing
+# tightly cut speech cost accuracy (EER 0.37 % vs 0.12 % on the dev trials, docs/verification.md).
+TEMPLATE_VAD = VadConfig(speech_pad_ms=200.0, min_silence_ms=300.0)
+# Multiple-speaker detector: windows of speech embedded separately (docs/voice.md).
+MS_WINDOW_S = 2.0
+MS_HOP_S = 1.0
+
+
+class NoSpeech(InvalidInput):
+    code = "NO_SPEECH"
+
+
+@dataclass(frozen=True)
+class MatchCalibration:
+    a: float
+    b: float
+
+    @classmethod
+    def packaged(cls) -> MatchCalibration:
+        data = json.loads((files("verilive.voice") / "calibration.json").read_text())
+        return cls(float(data["a"]), float(data["b"]))
+
+    def probability(self, score: float) -> float:
+        z = self.a * score + self.b
+        return float(1.0 / (1.0 + math.exp(-z))) if z > -700 else 0.0
+
+    def threshold_for(self, probability: float) -> float:
+        """The score at which the calibrated probability equals `probability`."""
+        logit = math.log(probability / (1.0 - probability))
+        return (logit - self.b) / self.a
+
+
+@dataclass(frozen=True)
+class SpeechAnalysis:
+    """One VAD pass over an audio, with its two segmentations."""
+
+    wave: np.ndarray  # mono float32 at the input rate
+    sample_rate: int
+    segments: list[tuple[int, int]]  # speech [start, end) in samples: summary, SNR, quality
+    template_segments: list[tuple[int, int]]  # wider, for embeddings (TEMPLATE_VAD)
+
+    @cached_property
+    def speech_samples(self) -> int:
+        return sum(e - s for s, e in self.segments)
+
+    @property
+    def total_ms(self) -> float:
+        return 1000.0 * self.wave.size / self.sample_rate
+
+    @property
+    def speech_ms(self) -> float:
+        return 1000.0 * self.speech_samples / self.sample_rate
+
+    def speech_only(self) -> np.ndarray:
+        """The template segments joined: what the speaker embedding sees."""
+        if not self.template_segments:
+            return np.zeros(0, np.float32)
+        return np.concatenate([self.wave[s:e] for s, e in self.template_segments])
+
+
+def check_configuration(configuration: str | None) -> str:
+    if configuration in (None, ""):
+        return "default"
+    if configuration not in CONFIGURATIONS:
+        raise InvalidParameter(
+            f"Unknown configuration '{configuration}'; available: {', '.join(CONFIGURATIONS)}"
+        )
+    return configuration
+
+
+class VoiceEngine:
+    def __init__(self, vad: SileroVad, embedder: CamPlusPlus, calibration: MatchCalibration) -> None:
+        self.vad = vad
+        self.embedder = embedder
+        self.calibration = calibration
+
+    @classmethod
+    def from_registry(cls, registry: ModelRegistry) -> VoiceEngine:
+        return cls(
+            SileroVad.from_registry(registry),
+            CamPlusPlus.from_registry(registry),
+            MatchCalibration.packaged(),
+        )
+
+    @property
+    def init_data_id(self) -> str:
+        return INIT_DATA_ID
+
+    # ------------------------------------------------------------------ speech
+
+    def analyse(self, audio: Audio) -> SpeechAnalysis:
+        wave, sr = audio.mono(), audio.sample_rate
+        probs, _ = self.vad.probabilities(wave, sr)
+        return SpeechAnalysis(
+            wave,
+            sr,
+            segments_from_probabilities(probs, wave.size, sr, self.vad.config),
+            segments_from_probabilities(probs, wave.size, sr, TEMPLATE_VAD),
+        )
+
+    def speech_summary(self, audio: Audio) -> SpeechSummary:
+        return summary_of(self.analyse(audio))
+
+    def snr(self, audio: Audio) -> float:
+        a = self.analyse(audio)
+        return snr_mod.snr_db(a.wave, a.sample_rate, a.segments)
+
+    # ------------------------------------------------------------------ quality
+
+    def quality(self, a: SpeechAnalysis) -> QualityMetrics:
+        return QualityMetrics(
+            snr_db=snr_mod.snr_db(a.wave, a.sample_rate, a.segments),
+            speech_ms=a.speech_ms,
+            speech_relative=a.speech_ms / a.total_ms if a.total_ms > 0 else 0.0,
+            multiple_speakers=self.multiple_speakers_score(a),
+        )
+
+    def window_similarity(self, a: SpeechAnalysis) -> float | None:
+        """10th percentile of the pairwise cosine similarities of speaker embeddings of 2 s
+        windows (hop 1 s) of the speech; None when there is under 3 s of speech."""
+        wide = model_inputs(a.speech_only(), a.sample_rate, ChannelType.MIC)[0]
+        win, hop = int(MS_WINDOW_S * 16000), int(MS_HOP_S * 16000)
+        if wide.size < win + hop:
+            return None
+        starts = range(0, wide.size - win + 1, hop)
+        embs = np.stack([self.embedder.embed(wide[s : s + win], relu=EMBED_RELU) for s in starts])
+        units = embs / np.linalg.norm(embs, axis=1, keepdims=True)
+        sims = (units @ units.T)[np.triu_indices(len(units), k=1)]
+        return float(np.percentile(sims, 10))
+
+    def multiple_speakers_score(self, a: SpeechAnalysis) -> float:
+        """0 = every window sounds like one speaker, 1 = some windows are as far apart as two
+        different speakers typically are (constants from eval/multispeaker.py). Too little
+        speech to tell: 0."""
+        q = self.window_similarity(a)
+        if q is None:
+            return 0.0
+        return float(np.clip((MS_SAME_SIM - q) / (MS_SAME_SIM - MS_DIFF_SIM), 0.0, 1.0))
+
+    # ------------------------------------------------------------------ templates
+
+    def create_template(
+        self,
+        audio: Audio,
+        channel: ChannelType | None = None,
+        configuration: str | None = None,
+        analysis: SpeechAnalysis | None = None,
+    ) -> VoiceTemplate:
+        check_configuration(configuration)
+        a = analysis or self.analyse(audio)
+        if a.speech_samples == 0:
+            raise NoSpeech("No speech was found in the audio; a voice template needs speech")
+        ch = resolve_channel(channel, a.sample_rate)
+        units = []
+        for wave16k in model_inputs(a.speech_only(), a.sample_rate, ch):
+            e = self.embedder.embed(wave16k, relu=EMBED_RELU)
+            units.append(e / np.linalg.norm(e))
+        return VoiceTemplate(
+            init_data_id=INIT_DATA_ID,
+            embedding=np.mean(units, axis=0).astype(np.float32),
+            merge_count=1,
+            speech_ms=a.speech_ms,
+            channel=CHANNEL_FLAG[ch],
+        )
+
+    def merge(self, texts: list[str], configuration: str | None = None) -> str:
+        check_configuration(configuration)
+        templates = [VoiceTemplate.decode(t, f"voice template #{i}") for i, t in enumerate(texts)]
+        return merge(templates).encode()
+
+    def match(self, text1: str, text2: str, configuration: str | None = None) -> tuple[float, float]:
+        check_configuration(configuration)
+        t1 = VoiceTemplate.decode(text1, "template1")
+        t2 = VoiceTemplate.decode(text2, "template2")
+        score = cosine(t1, t2)
+        return score, self.calibration.probability(score)
+
+    # ------------------------------------------------------------------ identification
+
+    def create_list(self, texts: list[str]) -> str:
+        templates = [VoiceTemplate.decode(t, f"voice template #{i}") for i, t in enumerate(texts)]
+        return IdentificationList.from_templates(templates, INIT_DATA_ID).encode()
+
+    def enrich_list(self, list_text: str, texts: list[str]) -> str:
+        ident = IdentificationList.decode(list_text)
+        templates = [VoiceTemplate.decode(t, f"voice template #{i}") for i, t in enumerate(texts)]
+        return ident.extend(templates).encode()
+
+    def identify(
+        self, template_text: str, list_text: str, acceptance_level: float | None
+    ) -> tuple[np.ndarray, float]:
+        threshold = self.identification_threshold(acceptance_level)
+        probe = VoiceTemplate.decode(template_text, "voice_template")
+        ident = IdentificationList.decode(list_text)
+        return ident.scores(probe), threshold
+
+    def identification_threshold(self, acceptance_level: float | None) -> float:
+        """acceptance_level is the calibrated same-speaker probability a match must reach."""
+        level = DEFAULT_ACCEPTANCE_LEVEL if acceptance_level is None else acceptance_level
+        if not (math.isfinite(level) and 0.0 < level < 1.0):
+            raise InvalidParameter("acceptance_level must be a probability strictly between 0 and 1")
+        return self.calibration.threshold_for(level)
+
+
+DEFAULT_ACCEPTANCE_LEVEL = 0.5
+# Window similarity constants of the multiple-speaker score, measured by
+# eval/multispeaker.py on LibriSpeech 2 s windows (docs/voice.md).
+MS_SAME_SIM = 0.55
+MS_DIFF_SIM = 0.10
+
+
+def summary_of(a: SpeechAnalysis) -> SpeechSummary:
+    """Speech and background events covering the whole audio, in order (times in ms)."""
+    sr = a.sample_rate
+    n = a.wave.size
+    events: list[SpeechEvent] = []
+    cursor = 0
+
+    def interval(s: int, e: int) -> AudioInterval:
+        return AudioInterval(
+            startSample=s,
+            endSample=e,
+            startTime=round(s * 1000 / sr),
+            endTime=round(e * 1000 / sr),
+            sampleRate=sr,
+        )
+
+    for s, e in a.segments:
+        if s > cursor:
+            events.append(SpeechEvent(isVoice=False, audioInterval=interval(cursor, s)))
+        events.append(SpeechEvent(isVoice=True, audioInterval=interval(s, e)))
+        cursor = e
+    if cursor < n:
+        events.append(SpeechEvent(isVoice=False, audioInterval=interval(cursor, n)))
+    return SpeechSummary(
+        speechInfo=SpeechInfo(
+            totalLengthMs=a.total_ms, speechLengthMs=a.speech_ms, backgroundLengthMs=a.total_ms - a.speech_ms
+        ),
+        speechEvents=events,
+    )
