@@ -75,6 +75,6 @@ RECOMMENDED: dict[Scenario, QualityThresholds] = {
     Scenario.VERIFY_TI_ENROLLMENT: QualityThresholds(15.0, 10000.0, 0.3, 0.5),
     Scenario.VERIFY_TI_VERIFICATION: QualityThresholds(10.0, 3000.0, 0.2, 0.5),
     Scenario.VERIFY_TD_ENROLLMENT: QualityThresholds(15.0, 2000.0, 0.3, 0.5),
-    Scenario.VERIFY_TD_VERIFICATION: QualityThresholds(10.0, 1000.0, 0.2, 0.5),
+    Scenario.VERIFY_TD_VERIFICATION: QualityThresholds(10.0, 1500.0, 0.2, 0.5),
     Scenario.LIVENESS: QualityThresholds(10.0, 2000.0, 0.2, 0.5),
 }
