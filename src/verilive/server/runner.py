@@ -5,7 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import signal
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import uvicorn
 from fastapi import FastAPI
@@ -47,5 +47,16 @@ async def serve_apps(apps: list[tuple[FastAPI, str, int]], log_level: str = "inf
         raise RuntimeError("a service failed to start (is its port already in use?)")
 
 
+def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
+    # uvicorn picks uvloop itself only when it owns the loop; here we own it. uvloop reads a
+    # 26 MB request body about twice as fast as the default loop (docs/benchmarks.md).
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    return uvloop.new_event_loop
+
+
 def run_apps(apps: list[tuple[FastAPI, str, int]], log_level: str = "info") -> None:
-    asyncio.run(serve_apps(apps, log_level))
+    with asyncio.Runner(loop_factory=_loop_factory()) as runner:
+        runner.run(serve_apps(apps, log_level))

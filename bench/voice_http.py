@@ -1,0 +1,111 @@
+"""HTTP benchmarks of one voice service process (loopback, real models).
+
+    python -m bench.voice_http throughput [--clients 4] [--requests 200]
+    python -m bench.voice_http identify [--size 100000] [--repeats 20]
+
+throughput: template creations per second for 3 s clips (create_voice_template_from_samples),
+            and the server's RSS after the run.
+identify:   server time (Server-Timing header) of /identification_engine/identify against a
+            list of `size` templates, list parsing included.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import httpx
+import numpy as np
+import soundfile as sf
+
+from bench._common import SHARED, rss_mb, server, server_ms, summary
+from verilive.voice.engine import INIT_DATA_ID
+from verilive.voice.idlist import IdentificationList, quantise
+
+LIBRI = SHARED / "data/voice/librispeech_251spk_gender"
+
+
+def clips(n: int, seconds: float = 3.0) -> list[bytes]:
+    out = []
+    for f in sorted(LIBRI.glob("*.flac"))[:n]:
+        x, sr = sf.read(f, dtype="int16")
+        out.append(x[: int(seconds * sr)].astype("<i2").tobytes())
+    return out
+
+
+def throughput(clients: int, requests: int) -> None:
+    bodies = clips(50)
+    with server("voice") as (url, pid), httpx.Client(base_url=url, timeout=120) as c:
+        path = "/voice_template_factory/create_voice_template_from_samples?sample_rate=16000"
+        headers = {"content-type": "application/octet-stream"}
+        for b in bodies[:4]:  # warm-up
+            c.post(path, content=b, headers=headers).raise_for_status()
+
+        def one(i: int) -> float:
+            r = c.post(path, content=bodies[i % len(bodies)], headers=headers)
+            r.raise_for_status()
+            return server_ms(r)
+
+        t0 = time.perf_counter()
+        with ThreadPoolExecutor(clients) as pool:
+            times = list(pool.map(one, range(requests)))
+        wall = time.perf_counter() - t0
+        rss, peak = rss_mb(pid)
+    print(f"{requests} template creations of 3 s clips, {clients} concurrent clients")
+    print(f"throughput: {requests / wall:.1f} per second")
+    print(f"server ms: {summary(times)}")
+    print(f"server RSS: {rss:.0f} MiB now, {peak:.0f} MiB peak")
+
+
+def identify(size: int, repeats: int) -> None:
+    rng = np.random.default_rng(0)
+    units = rng.standard_normal((size, 192)).astype(np.float32)
+    units /= np.linalg.norm(units, axis=1, keepdims=True)
+    codes, scales = quantise(units)
+    list_text = IdentificationList(INIT_DATA_ID, codes, scales).encode()
+    with server("voice") as (url, pid), httpx.Client(base_url=url, timeout=120) as c:
+        x, _ = sf.read(sorted(LIBRI.glob("*.flac"))[0], dtype="int16")
+        probe = c.post(
+            "/voice_template_factory/create_voice_template_from_samples?sample_rate=16000",
+            content=x.astype("<i2").tobytes(),
+            headers={"content-type": "application/octet-stream"},
+        ).json()
+        # Encoded once: the client's own JSON encoding would compete with the server for the CPU.
+        payload = json.dumps({"voice_template": probe, "identification_list": list_text}).encode()
+        times = []
+        for i in range(repeats + 2):
+            r = c.post(
+                "/identification_engine/identify",
+                content=payload,
+                headers={"content-type": "application/json"},
+            )
+            r.raise_for_status()
+            assert len(r.json()["scores"]) == size
+            if i >= 2:  # the first calls warm allocators up
+                times.append(server_ms(r))
+        rss, peak = rss_mb(pid)
+    print(f"identify against {size} templates (list {len(list_text) / 1e6:.1f} MB as base64)")
+    print(f"server ms: {summary(times)}")
+    print(f"server RSS: {rss:.0f} MiB now, {peak:.0f} MiB peak")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    sub = ap.add_subparsers(dest="what", required=True)
+    t = sub.add_parser("throughput")
+    t.add_argument("--clients", type=int, default=4)
+    t.add_argument("--requests", type=int, default=200)
+    i = sub.add_parser("identify")
+    i.add_argument("--size", type=int, default=100_000)
+    i.add_argument("--repeats", type=int, default=20)
+    args = ap.parse_args()
+    if args.what == "throughput":
+        throughput(args.clients, args.requests)
+    else:
+        identify(args.size, args.repeats)
+
+
+if __name__ == "__main__":
+    main()
