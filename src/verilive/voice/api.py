@@ -125,6 +125,38 @@ def checked_creation(
     )
 
 
+def checked_thresholds(
+    minimum_snr_db: OptFloat = None,
+    minimum_speech_length_ms: OptFloat = None,
+    minimum_speech_relative_length: OptFloat = None,
+    maximumMultipleSpeakersDetectorScore: OptFloat = None,
+) -> QualityThresholds:
+    return QualityThresholds(
+        minimum_snr_db,
+        minimum_speech_length_ms,
+        minimum_speech_relative_length,
+        maximumMultipleSpeakersDetectorScore,
+    ).validated()
+
+
+def quality_check_thresholds(
+    minimum_snr_db: ReqFloat,
+    minimum_speech_length_ms: ReqFloat,
+    minimum_speech_relative_length: OptFloat = None,
+    maximum_multiple_speakers_detector_score: OptFloat = None,
+) -> QualityThresholds:
+    return QualityThresholds(
+        minimum_snr_db,
+        minimum_speech_length_ms,
+        minimum_speech_relative_length,
+        maximum_multiple_speakers_detector_score,
+    ).validated()
+
+
+CheckedThresholds = Annotated[QualityThresholds, Depends(checked_thresholds)]
+QualityCheckThresholds = Annotated[QualityThresholds, Depends(quality_check_thresholds)]
+
+
 def _not_yet(what: str) -> NotImplementedYet:
     return NotImplementedYet(f"{what} is not available in this build of verilive")
 
@@ -264,19 +296,10 @@ async def create_voice_template_checked_from_samples(
     ctx: Ctx,
     request: Request,
     sample_rate: SampleRate,
-    minimum_snr_db: OptFloat = None,
-    minimum_speech_length_ms: OptFloat = None,
-    minimum_speech_relative_length: OptFloat = None,
-    maximumMultipleSpeakersDetectorScore: OptFloat = None,
+    t: CheckedThresholds,
     channel_type: ChannelQ = None,
     configuration: Configuration = None,
 ) -> TemplateCreationWithChecksResult:
-    t = QualityThresholds(
-        minimum_snr_db,
-        minimum_speech_length_ms,
-        minimum_speech_relative_length,
-        maximumMultipleSpeakersDetectorScore,
-    ).validated()
     audio = await samples_audio(request, ctx, sample_rate)
     return await run(checked_creation, engine_of(ctx), audio, t, channel_type, configuration)
 
@@ -290,19 +313,10 @@ async def create_voice_template_checked_from_samples(
 async def create_voice_template_checked_from_file(
     ctx: Ctx,
     wav_file: WavFile,
-    minimum_snr_db: OptFloat = None,
-    minimum_speech_length_ms: OptFloat = None,
-    minimum_speech_relative_length: OptFloat = None,
-    maximumMultipleSpeakersDetectorScore: OptFloat = None,
+    t: CheckedThresholds,
     channel_type: ChannelQ = None,
     configuration: Configuration = None,
 ) -> TemplateCreationWithChecksResult:
-    t = QualityThresholds(
-        minimum_snr_db,
-        minimum_speech_length_ms,
-        minimum_speech_relative_length,
-        maximumMultipleSpeakersDetectorScore,
-    ).validated()
     audio = await file_audio(wav_file, "wav_file", ctx)
     return await run(checked_creation, engine_of(ctx), audio, t, channel_type, configuration)
 
@@ -417,17 +431,8 @@ async def check_quality_from_samples(
     ctx: Ctx,
     request: Request,
     sample_rate: SampleRate,
-    minimum_snr_db: ReqFloat,
-    minimum_speech_length_ms: ReqFloat,
-    minimum_speech_relative_length: OptFloat = None,
-    maximum_multiple_speakers_detector_score: OptFloat = None,
+    t: QualityCheckThresholds,
 ) -> QualityCheckEngineResult:
-    t = QualityThresholds(
-        minimum_snr_db,
-        minimum_speech_length_ms,
-        minimum_speech_relative_length,
-        maximum_multiple_speakers_detector_score,
-    ).validated()
     audio = await samples_audio(request, ctx, sample_rate)
     return await run(quality_check, engine_of(ctx), audio, t)
 
@@ -441,17 +446,8 @@ async def check_quality_from_samples(
 async def check_quality_from_file(
     ctx: Ctx,
     audio_file: Annotated[UploadFile, File(description="WAV file; Ogg Opus when typed audio/ogg.")],
-    minimum_snr_db: ReqFloat,
-    minimum_speech_length_ms: ReqFloat,
-    minimum_speech_relative_length: OptFloat = None,
-    maximum_multiple_speakers_detector_score: OptFloat = None,
+    t: QualityCheckThresholds,
 ) -> QualityCheckEngineResult:
-    t = QualityThresholds(
-        minimum_snr_db,
-        minimum_speech_length_ms,
-        minimum_speech_relative_length,
-        maximum_multiple_speakers_detector_score,
-    ).validated()
     audio = await file_audio(audio_file, "audio_file", ctx)
     return await run(quality_check, engine_of(ctx), audio, t)
 
