@@ -12,7 +12,7 @@ STAMP := $(VENV)/.installed
 VERILIVE_MODEL_MIRROR ?= $(wildcard $(CURDIR)/../shared/models/upstream)
 export VERILIVE_MODEL_MIRROR
 
-PY_DIRS := $(wildcard src tests bench eval)
+PY_DIRS := $(wildcard src tests bench eval train)
 
 .PHONY: install models serve test lint format clean
 

@@ -1,0 +1,162 @@
+"""Speaker attributes (docs/attributes.md): gender, age, phone-call participant.
+
+- **gender**: logistic regression on the CAM++ unit embedding of the speech taken through the
+  telephone channel processing (``VoiceEngine.create_template(audio, ChannelType.TEL)``, whatever
+  the input's rate), parameters in ``gender_model.json`` fitted by ``python -m train.gender``
+  (model card: docs/model-gender.md). ``genderScore`` is the probability of the *returned*
+  gender, so it is always in [0.5, 1].
+- **age**: not estimated (``None``): no age-labelled speech that the project may train on was
+  found (docs/model-gender.md, "Age").
+- **phoneCallParticipant**: the speech's template matched against the operator and customer
+  templates given to the estimator, with the engine's calibrated match probability.
+
+Runtime is numpy only.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from importlib.resources import files
+from typing import Any
+
+import numpy as np
+
+from verilive.audio import Audio
+from verilive.voice.channel import resolve_channel
+from verilive.voice.engine import VoiceEngine
+from verilive.voice.schemas import Attributes, ChannelType, Gender, PhoneCallParticipant
+from verilive.voice.templates import VoiceTemplate, cosine, require_same_space
+
+GENDER_MODEL_FILE = "gender_model.json"
+#: A role is answered when its best calibrated same-speaker probability reaches this.
+PARTICIPANT_MIN_PROBABILITY = 0.5
+
+
+def _sigmoid(z: float) -> float:
+    if z >= 0:
+        return 1.0 / (1.0 + math.exp(-z))
+    e = math.exp(z)
+    return e / (1.0 + e)
+
+
+@dataclass(frozen=True)
+class GenderModel:
+    """p(MALE | u) = sigmoid(weights · ((u − mean) / scale) + bias), u = the unit embedding of
+    the speech through ``channel`` processing."""
+
+    mean: np.ndarray
+    scale: np.ndarray
+    weights: np.ndarray
+    bias: float
+    init_data_id: str
+    channel: ChannelType
+
+    def __post_init__(self) -> None:
+        dims = {self.mean.shape, self.scale.shape, self.weights.shape}
+        if len(dims) != 1 or self.weights.ndim != 1:
+            raise ValueError("gender model: mean, scale and weights must be vectors of one size")
+        if not (
+            np.all(np.isfinite(self.mean)) and np.all(self.scale > 0) and np.all(np.isfinite(self.weights))
+        ):
+            raise ValueError("gender model: non-finite parameters or non-positive scale")
+        if not math.isfinite(self.bias):
+            raise ValueError("gender model: non-finite bias")
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> GenderModel:
+        return cls(
+            mean=np.asarray(data["mean"], dtype=np.float64),
+            scale=np.asarray(data["scale"], dtype=np.float64),
+            weights=np.asarray(data["weights"], dtype=np.float64),
+            bias=float(data["bias"]),
+            init_data_id=str(data["init_data_id"]),
+            channel=ChannelType(data["channel"]),
+        )
+
+    @classmethod
+    def packaged(cls) -> GenderModel:
+        return cls.from_dict(json.loads((files("verilive.voice") / GENDER_MODEL_FILE).read_text()))
+
+    @property
+    def dim(self) -> int:
+        return int(self.weights.size)
+
+    def p_male(self, unit: np.ndarray) -> float:
+        """Probability that the speaker is male, from an L2-normalised embedding."""
+        u = np.asarray(unit, dtype=np.float64)
+        if u.shape != self.weights.shape:
+            raise ValueError(f"gender model expects a {self.dim}-d embedding, got shape {u.shape}")
+        return _sigmoid(float(self.weights @ ((u - self.mean) / self.scale)) + self.bias)
+
+    def predict(self, unit: np.ndarray) -> tuple[Gender, float]:
+        """The more probable gender and its probability (≥ 0.5; MALE on an exact tie)."""
+        p = self.p_male(unit)
+        return (Gender.MALE, p) if p >= 0.5 else (Gender.FEMALE, 1.0 - p)
+
+
+class AttributesEstimator:
+    """Gender, age and phone-call participant of the speaker of an audio.
+
+    ``operator_templates`` / ``customer_templates``: enrolled voices of each role (e.g. from the
+    settings; any number, possibly none). They must live in the engine's embedding space
+    (``TemplateMismatch`` otherwise).
+    """
+
+    def __init__(
+        self,
+        engine: VoiceEngine,
+        operator_templates: Iterable[VoiceTemplate] = (),
+        customer_templates: Iterable[VoiceTemplate] = (),
+        gender_model: GenderModel | None = None,
+    ) -> None:
+        self.engine = engine
+        self.gender_model = gender_model or GenderModel.packaged()
+        if self.gender_model.init_data_id != engine.init_data_id:
+            raise ValueError(
+                f"gender model was fitted on '{self.gender_model.init_data_id}' embeddings, "
+                f"the engine makes '{engine.init_data_id}'"
+            )
+        self.operator_templates = tuple(operator_templates)
+        self.customer_templates = tuple(customer_templates)
+        enrolled = self.operator_templates + self.customer_templates
+        if enrolled:
+            require_same_space(enrolled, expected=engine.init_data_id)
+
+    def estimate(self, audio: Audio) -> Attributes:
+        """Attributes of the speech in ``audio``; raises ``NoSpeech`` when there is none.
+
+        One VAD pass. Gender reads the speech's embedding through the model's channel (TEL);
+        the participant match uses the template the engine makes for this audio by default
+        (TEL at ≤ 8 kHz, MIC above; docs/voice.md), computed only when templates are enrolled."""
+        analysis = self.engine.analyse(audio)
+        model_channel = self.gender_model.channel
+        for_gender = self.engine.create_template(audio, model_channel, analysis=analysis)  # NoSpeech
+        gender, score = self.gender_model.predict(for_gender.unit())
+        participant = PhoneCallParticipant.UNDEFINED
+        if self.operator_templates or self.customer_templates:
+            channel = resolve_channel(None, analysis.sample_rate)
+            probe = (
+                for_gender
+                if channel is model_channel
+                else self.engine.create_template(audio, channel, analysis=analysis)
+            )
+            participant = self.participant(probe)
+        return Attributes(genderScore=score, gender=gender, age=None, phoneCallParticipant=participant)
+
+    def participant(self, template: VoiceTemplate) -> PhoneCallParticipant:
+        """UNDEFINED without enrolled templates; else the role whose best calibrated match
+        probability is highest, when it reaches 0.5 (OPERATOR on an exact tie); else OTHER."""
+        if not (self.operator_templates or self.customer_templates):
+            return PhoneCallParticipant.UNDEFINED
+        operator = self.best_probability(template, self.operator_templates)
+        customer = self.best_probability(template, self.customer_templates)
+        if max(operator, customer) < PARTICIPANT_MIN_PROBABILITY:
+            return PhoneCallParticipant.OTHER
+        return PhoneCallParticipant.OPERATOR if operator >= customer else PhoneCallParticipant.CUSTOMER
+
+    def best_probability(self, template: VoiceTemplate, enrolled: Iterable[VoiceTemplate]) -> float:
+        """Highest calibrated same-speaker probability against ``enrolled`` (0 when empty)."""
+        return max((self.engine.calibration.probability(cosine(template, t)) for t in enrolled), default=0.0)
