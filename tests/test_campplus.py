@@ -82,15 +82,20 @@ def run_torch(torch_model: Any) -> Callable[[np.ndarray], np.ndarray]:
 
 
 @pytest.fixture(scope="module")
-def onnx_session(shared_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Any:
+def onnx_path(shared_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A fresh conversion with the current converter code (it verifies itself against torch)."""
-    import onnxruntime as ort
-
     from verilive.models.convert.campplus import convert
 
     dest = tmp_path_factory.mktemp("campplus") / "campplus.onnx"
     convert(shared_dir / CHECKPOINT, dest)
-    return ort.InferenceSession(str(dest), providers=["CPUExecutionProvider"])
+    return dest
+
+
+@pytest.fixture(scope="module")
+def onnx_session(onnx_path: Path) -> Any:
+    import onnxruntime as ort
+
+    return ort.InferenceSession(str(onnx_path), providers=["CPUExecutionProvider"])
 
 
 @pytest.fixture(scope="module")
@@ -142,7 +147,49 @@ def test_torch_module_reproduces_intermediates(shared_dir: Path, torch_model: An
     assert max_abs(np.maximum(emb, 0), gold["embedding"]) <= EMB_ATOL
 
 
+@pytest.mark.parametrize("frames", [1, 2, 99, 100, 101, 250, 377])
+def test_export_graph_is_the_same_function(frames: int, torch_model: Any) -> None:
+    # CAMPPlusExport (4-D layout, folded BatchNorms, per-segment CAM mask) is what gets exported. In
+    # float64 it must equal the module to rounding: a float32 comparison would mostly measure rounding
+    # noise, which inputs of 1-2 frames amplify to about 1e-4 (docs/model-campplus.md).
+    import copy
+
+    import torch
+
+    from verilive.models.convert.campplus import CAMPPlusExport, segment_matrices, segment_mean
+
+    model64 = copy.deepcopy(torch_model).double()
+    x = torch.from_numpy(np.random.default_rng(frames).standard_normal((2, frames, 80)))
+    with torch.no_grad():
+        assert max_abs(CAMPPlusExport(model64).eval()(x).numpy(), model64(x).numpy()) <= 1e-9
+        # The segment matrices: v @ pool = global mean + mean of each segment, w @ spread = per frame.
+        t = (frames + 1) // 2
+        v = x.transpose(1, 2)[..., :t]
+        pool, spread = segment_matrices(v)
+        n_seg = -(-t // 100)
+        assert pool.shape == (t, n_seg) and spread.shape == (n_seg, t)
+        per_frame = v.mean(dim=-1, keepdim=True) + segment_mean(v)
+        assert max_abs((v @ pool) @ spread, per_frame) <= 1e-12
+        np.testing.assert_array_equal(spread.sum(dim=0).numpy(), np.ones(t))
+
+
 # --- (b) ONNX export ---------------------------------------------------------------------------------------
+
+
+def test_onnx_gates_are_annotated(onnx_path: Path) -> None:
+    # Both operands of every CAM gate carry the same symbolic time axis, which lets onnxruntime keep the
+    # dense blocks in its NCHWc layout (docs/model-campplus.md, "Speed").
+    import onnx
+
+    from verilive.models.convert.campplus import GATE_TIME_DIM
+
+    graph = onnx.load(str(onnx_path)).graph
+    annotated = {
+        vi.name for vi in graph.value_info if vi.type.tensor_type.shape.dim[3].dim_param == GATE_TIME_DIM
+    }
+    gates = [n for n in graph.node if n.op_type == "Mul" and set(n.input) <= annotated]
+    assert len(gates) == 12 + 24 + 16
+    assert all(n.output[0] in annotated for n in gates)
 
 
 def test_onnx_interface(onnx_session: Any) -> None:
@@ -205,6 +252,50 @@ def test_embed_end_to_end_matches_golden(name: str, golden: dict[str, np.ndarray
     assert (
         max_abs(cam.embed_features(golden[f"{name}_fbank"]), golden[f"{name}_embedding_pre_relu"]) <= EMB_ATOL
     )
+
+
+def test_fbank_agrees_with_kaldi_native_fbank(golden: dict[str, np.ndarray], shared_dir: Path) -> None:
+    # The numpy fbank replaced kaldi-native-fbank (about 3x faster); the library stays the reference.
+    import kaldi_native_fbank as knf
+
+    from verilive.voice.campplus import kaldi_log_mel
+
+    opts = knf.FbankOptions()
+    fo = opts.frame_opts
+    fo.samp_freq, fo.frame_length_ms, fo.frame_shift_ms, fo.dither = 16000.0, 25.0, 10.0, 0.0
+    fo.snip_edges, fo.window_type, fo.preemph_coeff, fo.remove_dc_offset = True, "povey", 0.97, True
+    fo.round_to_power_of_two = True
+    mo = opts.mel_opts
+    mo.num_bins, mo.low_freq, mo.high_freq, mo.is_librosa = 80, 20.0, 0.0, False
+    opts.use_energy, opts.use_power, opts.use_log_fbank, opts.use_log_floor = False, True, True, True
+    opts.eps = float(np.finfo(np.float32).eps)
+
+    def reference(x: np.ndarray) -> np.ndarray:
+        fb = knf.OnlineFbank(opts)
+        fb.accept_waveform(16000.0, x.tolist())
+        fb.input_finished()
+        return np.stack([fb.get_frame(i) for i in range(fb.num_frames_ready)])
+
+    rng = np.random.default_rng(0)
+    speech, _ = sf.read(
+        shared_dir / "data/voice/librispeech_251spk_gender" / SPEAKER_FILES[0], dtype="float32"
+    )
+    waves = [golden[f"{n}_waveform"].astype(np.float32) / 32768.0 for n in NAMES] + [
+        speech,
+        (0.1 * rng.standard_normal(48000)).astype(np.float32),
+        np.clip(rng.standard_normal(16000), -1, 1).astype(np.float32),
+        np.zeros(4000, np.float32),
+        np.full(4000, 0.25, np.float32),
+        speech[:400],
+        speech[:559],
+        speech[:560],
+    ]
+    for x in waves:
+        got, want = kaldi_log_mel(x), reference(x)
+        assert got.shape == want.shape and got.dtype == np.float32
+        # Measured at most 1.4e-4 (float32 FFT rounding in low-energy bins); floored entries agree.
+        assert max_abs(got, want) <= 2e-4
+        np.testing.assert_array_equal(got <= LOG_FLOOR + 1e-6, want <= LOG_FLOOR + 1e-6)
 
 
 # --- (d) short input ---------------------------------------------------------------------------------------

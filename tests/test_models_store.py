@@ -215,6 +215,8 @@ def test_packaged_manifest() -> None:
     assert vad.licence == cf.licence == "MIT"
     assert vad.check is not None and cf.check is not None
     assert all(o.expected for o in vad.check.outputs + cf.check.outputs)
+    # Runtime hint: Silero VAD makes ~31 tiny sequential calls per second of audio; one thread is faster.
+    assert vad.intra_op_threads == 1 and cam.intra_op_threads is None and cf.intra_op_threads is None
     with pytest.raises(ModelError, match="Unknown model"):
         m.get("nope")
 
@@ -251,6 +253,16 @@ def test_manifest_validation(ckpt: Path) -> None:
         _manifest(_spec(_url(), ckpt, sha256="ABC"))
     with pytest.raises(ModelError, match="duplicate"):
         _manifest(_spec(_url(), ckpt), _spec(_url(), ckpt))
+    assert _manifest({**_spec(_url(), ckpt), "intra_op_threads": 2}).get("tiny").intra_op_threads == 2
+    for bad_threads in (0, -1, 1.5, 1.0, "1", True, 1000, None):
+        bad = {**_spec(_url(), ckpt), "intra_op_threads": bad_threads}
+        if bad_threads is None:
+            assert _manifest(bad).get("tiny").intra_op_threads is None  # explicit null = no hint
+            continue
+        with pytest.raises(ModelError, match="intra_op_threads"):
+            _manifest(bad)
+    with pytest.raises(ModelError, match="intra_op_thread"):  # typo: unknown keys are refused
+        _manifest({**_spec(_url(), ckpt), "intra_op_thread": 1})
 
 
 # --- resolution and refusal -------------------------------------------------------------------------
@@ -595,6 +607,23 @@ def test_registry_missing_hint_and_load_failures(
     assert not isinstance(ei2.value, ModelNotInstalled)
     with pytest.raises(ModelError, match="Unknown model"):
         ModelRegistry(settings, manifest=manifest, ids=["gamma"])
+
+
+@pytest.mark.parametrize(
+    ("setting", "hint", "threads"),
+    [(0, None, 0), (0, 1, 1), (0, 2, 2), (3, None, 3), (3, 1, 3)],
+)
+def test_session_threads_setting_wins_over_manifest_hint(
+    setting: int, hint: int | None, threads: int, onnx_model: Path, models_dir: Path, no_upstream: None
+) -> None:
+    spec = {**_native(onnx_model), **({"intra_op_threads": hint} if hint else {})}
+    store = ModelStore(models_dir, mirror=onnx_model.parent, manifest=_manifest(spec))
+    store.pull("tiny")
+    reg = ModelRegistry(
+        Settings(models_dir=models_dir, model_mirror=None, onnx_intra_op_threads=setting), store=store
+    )
+    assert reg.intra_op_threads("tiny") == threads  # 0 = onnxruntime's default
+    assert reg.session("tiny").get_session_options().intra_op_num_threads == threads
 
 
 # --- the real models, from the shared mirror --------------------------------------------------------

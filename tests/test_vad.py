@@ -29,6 +29,8 @@ from verilive.voice.vad import (
     SileroVad,
     StreamingVad,
     VadConfig,
+    _consecutive_frames,
+    _frames,
     model_rate,
     segments_from_probabilities,
     segments_to_mask,
@@ -155,6 +157,24 @@ def test_segments_to_mask_matches_brute_force() -> None:
         for s, e in segs:
             want |= (centres >= s) & (centres < e)
         np.testing.assert_array_equal(segments_to_mask(segs, n, hop), want)
+
+
+@pytest.mark.parametrize("n", [0, 1, 255, 256, 257, 511, 512, 513, 5000, 40000])
+@pytest.mark.parametrize(("window", "context"), [(512, 64), (256, 32)])
+def test_consecutive_frames_equal_indexed_frames(n: int, window: int, context: int) -> None:
+    # The sequential path frames a block of windows by one padded copy and a strided view; it must give
+    # exactly the model inputs of the index-array framing (zero context/padding, non-finite -> 0).
+    x = np.random.default_rng(n).standard_normal(n).astype(np.float32)
+    if n > 10:
+        x[[0, 3, n // 2, n - 1]] = [np.nan, np.inf, -np.inf, np.nan]
+    n_windows = -(-n // window)
+    for first in range(0, n_windows, 5):
+        for count in {1, min(7, n_windows - first), n_windows - first}:
+            want = _frames(x, np.arange(first, first + count) * window, window, context)
+            got = _consecutive_frames(x, first, count, window, context)
+            assert got.shape == want.shape and got.dtype == np.float32
+            np.testing.assert_array_equal(got, want)
+            assert all(got[i : i + 1].flags.c_contiguous for i in range(count))  # fed to the model as is
 
 
 # ------------------------------------------------------------------------------- edge cases

@@ -249,6 +249,14 @@ class ModelSpec(_Strict):
     file: str = Field(description="Installed file name inside <models_dir>/<id>/.")
     convert: str | None = Field(None, description="Converter: registered name or 'module:function'.")
     check: CheckVector | None = None
+    intra_op_threads: int | None = Field(
+        None,
+        ge=1,
+        le=256,
+        strict=True,  # a JSON integer: "1", 1.0 and true are refused, not coerced
+        description="Runtime hint: onnxruntime intra-op threads for this model's session when the "
+        "setting onnx_intra_op_threads is 0 (auto). A set setting always wins.",
+    )
 
     @field_validator("id")
     @classmethod

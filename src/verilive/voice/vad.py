@@ -162,6 +162,22 @@ def _frames(x: np.ndarray, starts: np.ndarray, window: int, context: int) -> np.
     return f
 
 
+def _consecutive_frames(x: np.ndarray, first: int, count: int, window: int, context: int) -> np.ndarray:
+    """:func:`_frames` for the ``count`` consecutive windows from window ``first``, without an index array.
+
+    One zero-padded, sanitised copy of the samples they cover, viewed as overlapping rows (read-only);
+    the values are those of ``_frames(x, np.arange(first, first + count) * window, window, context)``.
+    """
+    start = first * window - context
+    buf = np.zeros(context + count * window, dtype=np.float32)
+    lo, hi = max(start, 0), min(start + buf.shape[0], x.shape[0])
+    if hi > lo:
+        buf[lo - start : hi - start] = x[lo:hi]
+    if not np.isfinite(buf).all():
+        buf[~np.isfinite(buf)] = 0.0
+    return np.lib.stride_tricks.sliding_window_view(buf, context + window)[::window]
+
+
 # --------------------------------------------------------------------------------- segmentation
 
 
@@ -303,7 +319,7 @@ class SileroVad:
         run = self.session.run
         for b0 in range(0, n_windows, _BLOCK_WINDOWS):
             b1 = min(n_windows, b0 + _BLOCK_WINDOWS)
-            frames = _frames(x, np.arange(b0, b1) * window, window, context)
+            frames = _consecutive_frames(x, b0, b1 - b0, window, context)
             for i in range(b1 - b0):
                 feed["input"] = frames[i : i + 1]
                 prob, feed["state"] = run(None, feed)

