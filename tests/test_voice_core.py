@@ -161,7 +161,7 @@ def test_minimum_sample_rate(voice: TestClient) -> None:
 
 # ------------------------------------------------------------------ bad input on samples and JSON endpoints
 
-SAMPLES = "/attributes_estimator/estimate_with_samples"
+SAMPLES = "/antispoof_engine/is_spoof_samples"
 OCTET = {"content-type": "application/octet-stream"}
 
 

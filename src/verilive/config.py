@@ -92,6 +92,15 @@ class Settings(BaseSettings):
         None, description="Commit reported by get_build_info when the install has no git checkout."
     )
 
+    # --- voice service ---
+    voice_operator_templates: list[str] = Field(
+        default_factory=list,
+        description="Voice templates of call-centre operators (JSON list); enables phoneCallParticipant.",
+    )
+    voice_customer_templates: list[str] = Field(
+        default_factory=list, description="Voice templates of known customers (JSON list), likewise."
+    )
+
     # --- capture service ---
     capture_api_version: Literal["2.0.0", "2.1.0"] = Field(
         "2.1.0", description="Capture liveness interface version to answer as (2.0.0 for old clients)."

@@ -26,7 +26,8 @@ class ServiceContext:
     metrics: ServiceMetrics
     required_models: tuple[str, ...]
     _engines: dict[str, Any] = field(default_factory=dict)
-    _lock: threading.Lock = field(default_factory=threading.Lock)
+    # Re-entrant: building one engine may build another (the diarizer needs the voice engine).
+    _lock: threading.RLock = field(default_factory=threading.RLock)
 
     @property
     def license_expiration_date(self) -> dt.date:

@@ -17,14 +17,17 @@ from starlette.concurrency import run_in_threadpool
 
 import verilive
 from verilive.audio import MIN_SAMPLE_RATE, Audio, decode_file, decode_file_pcm16, decode_pcm16
-from verilive.errors import NotImplementedYet
+from verilive.errors import NotImplementedYet, VeriliveError
 from verilive.server.buildinfo import PROJECT_LICENSE, components_string, git_commit
 from verilive.server.context import ServiceContext, get_context
 from verilive.server.types import Int32
 from verilive.server.uploads import OCTET_STREAM_BODY, read_part, read_raw_body, require_multipart
+from verilive.voice.attributes import AttributesEstimator
+from verilive.voice.diarization import Diarizer
 from verilive.voice.engine import (
     INIT_DATA_ID,
     VoiceEngine,
+    audio_interval,
     check_configuration,
 )
 from verilive.voice.idlist import matched_indexes
@@ -157,8 +160,28 @@ CheckedThresholds = Annotated[QualityThresholds, Depends(checked_thresholds)]
 QualityCheckThresholds = Annotated[QualityThresholds, Depends(quality_check_thresholds)]
 
 
-def _not_yet(what: str) -> NotImplementedYet:
-    return NotImplementedYet(f"{what} is not available in this build of verilive")
+def diarize(ctx: ServiceContext, audio: Audio, num_speakers: int | None) -> dict[str, list[AudioInterval]]:
+    diarizer = ctx.engine("diarizer", lambda: Diarizer.from_engine(engine_of(ctx)))
+    turns = diarizer.diarize(audio.mono(), audio.sample_rate, num_speakers)
+    return {k: [audio_interval(s, e, audio.sample_rate) for s, e in v] for k, v in turns.items()}
+
+
+def attributes_of(ctx: ServiceContext) -> AttributesEstimator:
+    def build() -> AttributesEstimator:
+        try:
+            ops = [
+                VoiceTemplate.decode(t, "operator template") for t in ctx.settings.voice_operator_templates
+            ]
+            cus = [
+                VoiceTemplate.decode(t, "customer template") for t in ctx.settings.voice_customer_templates
+            ]
+            return AttributesEstimator(engine_of(ctx), ops, cus)
+        except VeriliveError as exc:  # a bad template in the settings is the operator's to fix
+            raise VeriliveError(
+                f"Misconfigured phone-call templates: {exc.message}", code="MISCONFIGURED", status=503
+            ) from exc
+
+    return ctx.engine("attributes", build)
 
 
 async def samples_audio(request: Request, ctx: ServiceContext, sample_rate: int) -> Audio:
@@ -470,8 +493,8 @@ async def get_recommended_thresholds(ctx: Ctx, scenario: Scenario) -> QualityChe
 async def get_segmentation_from_samples(
     ctx: Ctx, request: Request, sample_rate: SampleRate, num_speakers: NumSpeakers = None
 ) -> dict[str, list[AudioInterval]]:
-    await samples_audio(request, ctx, sample_rate)
-    raise _not_yet("Diarization")
+    audio = await samples_audio(request, ctx, sample_rate)
+    return await run(diarize, ctx, audio, num_speakers)
 
 
 @router.post(
@@ -483,8 +506,8 @@ async def get_segmentation_from_samples(
 async def get_segmentation_from_file(
     ctx: Ctx, wav_file: WavFile, num_speakers: NumSpeakers = None
 ) -> dict[str, list[AudioInterval]]:
-    await file_audio(wav_file, "wav_file", ctx)
-    raise _not_yet("Diarization")
+    audio = await file_audio(wav_file, "wav_file", ctx)
+    return await run(diarize, ctx, audio, num_speakers)
 
 
 @router.post(
@@ -494,8 +517,8 @@ async def get_segmentation_from_file(
     openapi_extra=OCTET_STREAM_BODY,
 )
 async def estimate_attributes_with_samples(ctx: Ctx, request: Request, sample_rate: SampleRate) -> Attributes:
-    await samples_audio(request, ctx, sample_rate)
-    raise _not_yet("Speaker attributes")
+    audio = await samples_audio(request, ctx, sample_rate)
+    return await run(attributes_of(ctx).estimate, audio)
 
 
 @router.post(
@@ -505,8 +528,8 @@ async def estimate_attributes_with_samples(ctx: Ctx, request: Request, sample_ra
     dependencies=Multipart,
 )
 async def estimate_attributes_with_file(ctx: Ctx, wav_file: WavFile) -> Attributes:
-    await file_audio(wav_file, "wav_file", ctx)
-    raise _not_yet("Speaker attributes")
+    audio = await file_audio(wav_file, "wav_file", ctx)
+    return await run(attributes_of(ctx).estimate, audio)
 
 
 @router.post(
@@ -517,7 +540,7 @@ async def estimate_attributes_with_file(ctx: Ctx, wav_file: WavFile) -> Attribut
 )
 async def is_spoof_samples(ctx: Ctx, request: Request, sample_rate: SampleRate) -> AntispoofResult:
     await samples_audio(request, ctx, sample_rate)
-    raise _not_yet("Voice anti-spoofing")
+    raise NotImplementedYet("Voice anti-spoofing is not available in this build of verilive")
 
 
 @router.post(
@@ -528,4 +551,4 @@ async def is_spoof_samples(ctx: Ctx, request: Request, sample_rate: SampleRate) 
 )
 async def is_spoof_file(ctx: Ctx, wav_file: WavFile) -> AntispoofResult:
     await file_audio(wav_file, "wav_file", ctx)
-    raise _not_yet("Voice anti-spoofing")
+    raise NotImplementedYet("Voice anti-spoofing is not available in this build of verilive")

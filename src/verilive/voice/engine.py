@@ -251,13 +251,7 @@ def summary_of(a: SpeechAnalysis) -> SpeechSummary:
     cursor = 0
 
     def interval(s: int, e: int) -> AudioInterval:
-        return AudioInterval(
-            startSample=s,
-            endSample=e,
-            startTime=round(s * 1000 / sr),
-            endTime=round(e * 1000 / sr),
-            sampleRate=sr,
-        )
+        return audio_interval(s, e, sr)
 
     for s, e in a.segments:
         if s > cursor:
@@ -271,4 +265,15 @@ def summary_of(a: SpeechAnalysis) -> SpeechSummary:
             totalLengthMs=a.total_ms, speechLengthMs=a.speech_ms, backgroundLengthMs=a.total_ms - a.speech_ms
         ),
         speechEvents=events,
+    )
+
+
+def audio_interval(start: int, end: int, sample_rate: int) -> AudioInterval:
+    """[start, end) in samples; times in milliseconds."""
+    return AudioInterval(
+        startSample=start,
+        endSample=end,
+        startTime=round(start * 1000 / sample_rate),
+        endTime=round(end * 1000 / sample_rate),
+        sampleRate=sample_rate,
     )

@@ -1,0 +1,124 @@
+"""Voice endpoints of diarization, attributes and anti-spoofing: real models, both variants, bad input."""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterator
+from pathlib import Path
+
+import numpy as np
+import pytest
+import soundfile as sf
+from fastapi.testclient import TestClient
+
+from tests.test_server import assert_error
+from verilive.config import Settings
+from verilive.server.app import create_service_app
+
+OCTET = {"content-type": "application/octet-stream"}
+LIBRI = "data/voice/librispeech_251spk_gender"
+
+
+@pytest.fixture(scope="module")
+def voice(models_settings: Settings) -> Iterator[TestClient]:
+    with TestClient(create_service_app("voice", models_settings), raise_server_exceptions=False) as c:
+        yield c
+
+
+def wav(x: np.ndarray, sr: int) -> bytes:
+    buf = io.BytesIO()
+    sf.write(buf, x, sr, format="WAV", subtype="PCM_16")
+    return buf.getvalue()
+
+
+def libri(shared_dir: Path, name: str) -> tuple[np.ndarray, int]:
+    return sf.read(shared_dir / LIBRI / name, dtype="int16")
+
+
+def test_diarization_two_speakers_both_variants(voice: TestClient, shared_dir: Path) -> None:
+    a, sr = libri(shared_dir, "103-1240-0000.flac")  # F
+    b, _ = libri(shared_dir, "1034-121119-0000.flac")  # M
+    x = np.concatenate([a[: 8 * sr], np.zeros(sr // 2, np.int16), b[: 8 * sr]])
+    r1 = voice.post(
+        f"/diarization_engine/get_segmentation_from_samples?sample_rate={sr}",
+        content=x.astype("<i2").tobytes(),
+        headers=OCTET,
+    )
+    r2 = voice.post(
+        "/diarization_engine/get_segmentation_from_file", files={"wav_file": ("a.wav", wav(x, sr))}
+    )
+    assert r1.status_code == r2.status_code == 200, r1.text
+    assert r1.json() == r2.json()
+    turns = r1.json()
+    assert sorted(turns) == ["0", "1"]
+    first = turns["0"][0]
+    assert set(first) == {"startSample", "endSample", "startTime", "endTime", "sampleRate"}
+    assert first["startTime"] < turns["1"][0]["startTime"]  # keys in order of first appearance
+    # Speaker "1" starts near the switch at 8.5 s.
+    assert abs(turns["1"][0]["startTime"] - 8500) < 1000
+    forced = voice.post(
+        f"/diarization_engine/get_segmentation_from_samples?sample_rate={sr}&num_speakers=1",
+        content=x.astype("<i2").tobytes(),
+        headers=OCTET,
+    ).json()
+    assert sorted(forced) == ["0"]
+
+
+def test_diarization_silence_is_empty(voice: TestClient) -> None:
+    r = voice.post(
+        "/diarization_engine/get_segmentation_from_samples?sample_rate=16000",
+        content=np.zeros(16000 * 2, "<i2").tobytes(),
+        headers=OCTET,
+    )
+    assert r.status_code == 200 and r.json() == {}
+
+
+@pytest.mark.parametrize(
+    ("query", "body", "code"),
+    [
+        ("sample_rate=16000&num_speakers=0", b"\0\1" * 8000, "INVALID_PARAMETER"),
+        ("sample_rate=16000&num_speakers=-2", b"\0\1" * 8000, "INVALID_PARAMETER"),
+        ("sample_rate=16000&num_speakers=100000", b"\0\1" * 8000, "INVALID_PARAMETER"),
+        ("sample_rate=16000&num_speakers=two", b"\0\1" * 8000, "INVALID_PARAMETER"),
+        ("sample_rate=16000", b"", "EMPTY_BODY"),
+        ("sample_rate=1000", b"\0\1" * 8000, "INVALID_PARAMETER"),
+        ("sample_rate=16000", b"\0\1\0", "INVALID_AUDIO"),
+    ],
+)
+def test_diarization_bad_input(voice: TestClient, query: str, body: bytes, code: str) -> None:
+    r = voice.post(f"/diarization_engine/get_segmentation_from_samples?{query}", content=body, headers=OCTET)
+    assert_error(r, 400, code)
+
+
+def test_diarization_file_bad_input(voice: TestClient) -> None:
+    url = "/diarization_engine/get_segmentation_from_file"
+    assert_error(voice.post(url, files={"wav_file": ("a.wav", b"not audio at all")}), 400, "INVALID_AUDIO")
+    assert_error(
+        voice.post(url + "?num_speakers=0", files={"wav_file": ("a.wav", b"x")}), 400, "INVALID_PARAMETER"
+    )
+
+
+def test_attributes_gender(voice: TestClient, shared_dir: Path) -> None:
+    for name, gender in (("103-1240-0000.flac", "FEMALE"), ("1034-121119-0000.flac", "MALE")):
+        x, sr = libri(shared_dir, name)
+        r1 = voice.post(
+            f"/attributes_estimator/estimate_with_samples?sample_rate={sr}",
+            content=x.astype("<i2").tobytes(),
+            headers=OCTET,
+        )
+        r2 = voice.post("/attributes_estimator/estimate_with_file", files={"wav_file": ("a.wav", wav(x, sr))})
+        assert r1.status_code == r2.status_code == 200, r1.text
+        body = r1.json()
+        assert body == r2.json()
+        assert body["gender"] == gender
+        assert 0.5 <= body["genderScore"] <= 1.0
+        assert body["phoneCallParticipant"] == "UNDEFINED"  # no operator/customer templates configured
+
+
+def test_attributes_bad_input(voice: TestClient) -> None:
+    url = "/attributes_estimator/estimate_with_samples?sample_rate=16000"
+    assert_error(voice.post(url, content=b"", headers=OCTET), 400, "EMPTY_BODY")
+    assert_error(voice.post(url, content=np.zeros(32000, "<i2").tobytes(), headers=OCTET), 400, "NO_SPEECH")
+    assert_error(
+        voice.post("/attributes_estimator/estimate_with_file", files={"wav_file": ("a", b"??")}), 400
+    )
