@@ -73,7 +73,7 @@ TARGET_RATIO = 1 / 3
 MIN_SNIPPET_S = 2.0
 
 
-def _source_hash(*modules: str, extra: Sequence[Path] = ()) -> str:
+def source_hash(*modules: str, extra: Sequence[Path] = ()) -> str:
     """Short hash of module source files (and extra files), for cache folder names."""
     h = hashlib.sha256()
     for name in modules:
@@ -167,7 +167,7 @@ def _speech_only(wave: np.ndarray, sr: int) -> np.ndarray:
 def _campplus_system(vad: bool, relu: bool) -> System:
     def cache_id() -> str:
         mods = ["verilive.voice.campplus"] + (["verilive.voice.vad"] if vad else [])
-        return _source_hash(*mods, extra=[MANIFEST])
+        return source_hash(*mods, extra=[MANIFEST])
 
     def represent(wave: np.ndarray, sr: int) -> np.ndarray:
         if sr != 16000:
@@ -203,7 +203,7 @@ def _engine() -> Any:
 
 def _verilive_system() -> System:
     def cache_id() -> str:
-        return _source_hash(
+        return source_hash(
             "verilive.voice.engine",
             "verilive.voice.campplus",
             "verilive.voice.vad",

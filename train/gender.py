@@ -40,7 +40,6 @@ import argparse
 import csv
 import datetime as dt
 import hashlib
-import importlib.util
 import json
 import math
 import os
@@ -55,6 +54,7 @@ import numpy as np
 import soundfile as sf
 from eval import metrics
 from eval.trials import data_root, replace_section
+from eval.verification import source_hash
 
 if TYPE_CHECKING:
     from verilive.audio import Audio
@@ -149,18 +149,6 @@ def speaker_folds(speakers: Sequence[Speaker], k: int, salt: str) -> dict[str, i
 # ---------------------------------------------------------------------------------- embeddings
 
 
-def _source_hash(*modules: str, extra: Sequence[Path] = ()) -> str:
-    h = hashlib.sha256()
-    for name in modules:
-        spec = importlib.util.find_spec(name)
-        if spec is None or spec.origin is None:
-            raise ImportError(f"module {name} not found")
-        h.update(Path(spec.origin).read_bytes())
-    for p in extra:
-        h.update(p.read_bytes())
-    return h.hexdigest()[:12]
-
-
 def make_engine() -> VoiceEngine:  # imported lazily: only the embedding steps need the models
     from verilive.config import Settings
     from verilive.models.sessions import ModelRegistry
@@ -195,7 +183,7 @@ def embed_speakers(speakers: Sequence[Speaker], root: Path, log: bool = True) ->
     key = hashlib.sha256(
         json.dumps(
             [
-                _source_hash(
+                source_hash(
                     "verilive.voice.engine",
                     "verilive.voice.campplus",
                     "verilive.voice.vad",
