@@ -1,0 +1,236 @@
+"""Voice anti-spoofing: is this speech a live human (bona fide) or a replay, TTS or voice conversion?
+
+Runtime is numpy + onnxruntime. The model is a light CNN in the style of the ASVspoof 2019 LCNN
+baseline (max-feature-map convolutions over a log-power spectrogram and a group-delay map), trained by
+``train/antispoof.py`` on data built by ``train/antispoof_data.py`` and exported to ONNX with its
+input normalisation and its calibration folded in (docs/antispoof.md):
+
+1. front end (numpy, here): 16 kHz, 25 ms Hann windows every 10 ms, 512-point FFT, bins 1-256
+   (31 Hz to 8 kHz); two channels: log power in dB relative to the loudest frame (so the recording
+   level carries no information) and the squashed group delay (phase structure); leading and
+   trailing stretches quieter than ``trim_db`` below the loudest frame are dropped;
+2. the network maps the (1, 2, 256, frames) features to four calibrated logits (bona fide,
+   replay, TTS, VC); a softmax gives ``score`` = P(bona fide) and ``scoreReplay``, ``scoreTts``,
+   ``scoreVc`` = P(each attack class), which sum to 1.
+
+Input that cannot be judged (no audio, clipped, no speech, less than ``MIN_SPEECH_S`` of speech)
+gets only ``unsuitableInputMessage``, every score null.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from functools import lru_cache
+from importlib.resources import files
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import onnxruntime as ort
+
+from verilive.audio import Audio, resample
+from verilive.voice.schemas import AntispoofResult
+
+if TYPE_CHECKING:
+    from verilive.voice.engine import VoiceEngine
+    from verilive.voice.vad import SileroVad
+
+__all__ = [
+    "CLASSES",
+    "MIN_SPEECH_S",
+    "AntiSpoof",
+    "FrontEnd",
+    "clipped_fraction",
+    "features",
+    "log_spectrogram",
+]
+
+SR = 16000
+CLASSES = ("bonafide", "replay", "tts", "vc")
+MODEL_FILE = "antispoof_model.onnx"
+MIN_SPEECH_S = 1.0
+# Clipping: a clipped recording holds many samples at full scale or, when it was turned down after
+# clipping, on a flat plateau at its peak. Natural speech has a handful of samples within 0.1 % of
+# its peak; clipped speech has hundreds or thousands.
+CLIP_FULL_SCALE = 0.999  # |x| at or above this is "at full scale"
+CLIP_PLATEAU = 0.999  # |x| at or above this fraction of the peak is "on the plateau"...
+CLIP_MIN_PEAK = 0.25  # ... looked for only when the peak is above -12 dBFS
+CLIP_MAX_FRACTION = 0.002  # more than 0.2 % of the samples clipped: unsuitable
+CLIP_MIN_SAMPLES = 20
+# Without a VAD, 20 ms frames above this level count as speech (a crude energy rule).
+ENERGY_SPEECH_DBFS = -50.0
+MIN_FRAMES = 50  # 0.5 s of spectrogram after trimming
+
+
+@dataclass(frozen=True)
+class FrontEnd:
+    """Spectrogram settings; stored in the model's metadata so training and runtime agree."""
+
+    win: int = 400  # 25 ms
+    hop: int = 160  # 10 ms
+    n_fft: int = 512
+    bins: int = 256  # FFT bins 1..256
+    floor_db: float = 90.0  # power floor, relative to the loudest frame
+    trim_db: float = 50.0  # leading/trailing frames this far below the loudest are dropped
+    max_seconds: float = 30.0  # longer input: the first max_seconds are judged
+    gd_scale: float = 40.0  # group delay (samples) squashed as tanh(gd / gd_scale)
+
+
+@lru_cache(maxsize=4)
+def _hann(n: int) -> np.ndarray:
+    return np.hanning(n + 2)[1:-1]
+
+
+def features(wave16k: np.ndarray, fe: FrontEnd = FrontEnd()) -> np.ndarray:
+    """(2, bins, frames) float32 network input: log power and compressed group delay.
+
+    Channel 0 is the log-power spectrogram in dB relative to the loudest frame (so the recording
+    level carries no information). Channel 1 is the group delay of each bin, -d(phase)/d(omega),
+    computed as Re(X conj(Y)) / |X|^2 with Y the spectrum of the time-weighted frame, regularised
+    where the bin is weak and squashed with tanh: it carries the phase structure that vocoders and
+    phase reconstruction (Griffin-Lim) do not reproduce, which a magnitude spectrogram cannot show.
+    Leading and trailing frames quieter than ``trim_db`` below the loudest are dropped. ``wave16k``
+    is mono float at 16 kHz; input shorter than one window or without signal gives (2, bins, 0).
+    """
+    empty = np.zeros((2, fe.bins, 0), np.float32)
+    x = np.asarray(wave16k, dtype=np.float64)[: int(fe.max_seconds * SR)]
+    if x.size < fe.win:
+        return empty
+    n = 1 + (x.size - fe.win) // fe.hop
+    idx = np.arange(fe.win)[None, :] + fe.hop * np.arange(n)[:, None]
+    frames = (x - x.mean())[idx] * _hann(fe.win)
+    spec = np.fft.rfft(frames, fe.n_fft)[:, 1 : fe.bins + 1]
+    power = spec.real**2 + spec.imag**2
+    frame_power = power.sum(axis=1)
+    loudest = float(frame_power.max())
+    if not loudest > 0.0:
+        return empty
+    loud = np.flatnonzero(frame_power > loudest * 10 ** (-fe.trim_db / 10))
+    keep = slice(loud[0], loud[-1] + 1)
+    spec, power, frames = spec[keep], power[keep], frames[keep]
+    ramp = np.arange(fe.win) - (fe.win - 1) / 2
+    tspec = np.fft.rfft(frames * ramp, fe.n_fft)[:, 1 : fe.bins + 1]
+    reg = 1e-3 * power.mean(axis=1, keepdims=True) + 1e-12 * loudest
+    gd = np.tanh((spec.real * tspec.real + spec.imag * tspec.imag) / (power + reg) / fe.gd_scale)
+    ref = loudest / fe.bins  # mean bin power of the loudest frame
+    db = 10 * np.log10(power / ref + 10 ** (-fe.floor_db / 10))
+    return np.ascontiguousarray(np.stack([db.T, gd.T]), dtype=np.float32)
+
+
+def log_spectrogram(wave16k: np.ndarray, fe: FrontEnd = FrontEnd()) -> np.ndarray:
+    """Channel 0 of :func:`features`: (bins, frames) log power in dB relative to the loudest frame."""
+    return features(wave16k, fe)[0]
+
+
+def clipped_fraction(wave: np.ndarray) -> float:
+    """Fraction of samples at full scale, or on a flat plateau at the peak (clipped, then rescaled)."""
+    a = np.abs(np.asarray(wave, dtype=np.float32))
+    if a.size == 0:
+        return 0.0
+    peak = float(a.max())
+    full = int(np.count_nonzero(a >= CLIP_FULL_SCALE))
+    plateau = int(np.count_nonzero(a >= CLIP_PLATEAU * peak)) if peak >= CLIP_MIN_PEAK else 0
+    count = max(full, plateau)
+    return count / a.size if count >= CLIP_MIN_SAMPLES else 0.0
+
+
+def _softmax(z: np.ndarray) -> np.ndarray:
+    z = z - z.max(axis=-1, keepdims=True)
+    e = np.exp(z)
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+class AntiSpoof:
+    """Anti-spoofing engine. Thread-safe: no per-call state on ``self``."""
+
+    def __init__(
+        self,
+        params_path: str | Path | None = None,
+        vad: SileroVad | None = None,
+        intra_op_threads: int = 0,
+    ) -> None:
+        source = Path(params_path) if params_path is not None else files("verilive.voice") / MODEL_FILE
+        data = source.read_bytes()
+        opts = ort.SessionOptions()
+        if intra_op_threads > 0:  # 0: onnxruntime's default (one per core)
+            opts.intra_op_num_threads = intra_op_threads
+        opts.inter_op_num_threads = 1
+        self.session = ort.InferenceSession(data, opts, providers=["CPUExecutionProvider"])
+        meta = self.session.get_modelmeta().custom_metadata_map
+        self.meta: dict[str, Any] = json.loads(meta.get("verilive_antispoof", "{}"))
+        self.frontend = FrontEnd(**self.meta.get("frontend", {}))
+        classes = tuple(self.meta.get("classes", CLASSES))
+        if classes != CLASSES:
+            raise ValueError(f"unexpected anti-spoofing classes {classes}")
+        self.input_name = self.session.get_inputs()[0].name
+        self.vad = vad
+
+    @classmethod
+    def from_engine(cls, engine: VoiceEngine, intra_op_threads: int = 0) -> AntiSpoof:
+        """Share the voice engine's VAD (Silero) for the speech-length check."""
+        return cls(vad=engine.vad, intra_op_threads=intra_op_threads)
+
+    def speech_seconds(self, wave: np.ndarray, sample_rate: int) -> float:
+        if self.vad is not None:
+            return sum(e - s for s, e in self.vad.segments(wave, sample_rate)) / sample_rate
+        hop = max(1, int(0.02 * sample_rate))
+        n = wave.size // hop
+        if n == 0:
+            return 0.0
+        frames = wave[: n * hop].reshape(n, hop).astype(np.float64)
+        level = 10 * np.log10(np.mean(frames**2, axis=1) + 1e-12)
+        return float(np.count_nonzero(level > ENERGY_SPEECH_DBFS)) * hop / sample_rate
+
+    def unsuitable(
+        self, wave: np.ndarray, sample_rate: int, speech_seconds: float | None = None
+    ) -> str | None:
+        """Why ``wave`` cannot be judged, or None. ``speech_seconds``: the caller's VAD result, if any."""
+        if wave.size == 0 or not np.all(np.isfinite(wave)):
+            return "No audio: the input is empty or holds invalid samples."
+        frac = clipped_fraction(wave)
+        if frac > CLIP_MAX_FRACTION:
+            return (
+                f"Clipped audio: {100 * frac:.2f} % of the samples are at full scale "
+                f"(at most {100 * CLIP_MAX_FRACTION:.1f} % allowed); record at a lower level."
+            )
+        speech = self.speech_seconds(wave, sample_rate) if speech_seconds is None else speech_seconds
+        if speech <= 0.0:
+            return "No speech detected."
+        if speech < MIN_SPEECH_S:
+            return (
+                f"Too little speech: {1000 * speech:.0f} ms found, at least "
+                f"{1000 * MIN_SPEECH_S:.0f} ms are needed."
+            )
+        return None
+
+    def logits(self, feats: np.ndarray) -> np.ndarray:
+        """Calibrated logits (4,) of one (2, bins, frames) :func:`features` array."""
+        (out,) = self.session.run(None, {self.input_name: feats[None]})
+        return np.asarray(out[0], dtype=np.float64)
+
+    def class_probabilities(self, wave: np.ndarray, sample_rate: int) -> np.ndarray | None:
+        """P(bona fide, replay, TTS, VC) of a mono signal, without the suitability checks."""
+        feats = features(resample(wave, sample_rate, SR), self.frontend)
+        if feats.shape[2] < MIN_FRAMES:
+            return None
+        return _softmax(self.logits(feats))
+
+    def evaluate(self, audio: Audio, speech_seconds: float | None = None) -> AntispoofResult:
+        """Judge ``audio``. ``speech_seconds``: speech length already measured by the caller's VAD
+        (saves a second VAD pass); None measures it here."""
+        wave = audio.mono()
+        reason = self.unsuitable(wave, audio.sample_rate, speech_seconds)
+        if reason is None:
+            p = self.class_probabilities(wave, audio.sample_rate)
+            if p is None:
+                reason = "Too little signal above the noise floor to judge."
+            else:
+                return AntispoofResult(
+                    score=float(p[0]),
+                    scoreReplay=float(p[1]),
+                    scoreTts=float(p[2]),
+                    scoreVc=float(p[3]),
+                    unsuitableInputMessage=None,
+                )
+        return AntispoofResult(unsuitableInputMessage=reason)

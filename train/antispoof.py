@@ -1,0 +1,687 @@
+"""Train and evaluate the anti-spoofing model: a light CNN (LCNN) on log spectrograms, in ONNX.
+
+    .venv/bin/python -m train.antispoof_data                 # build the clips once (~20 min)
+    .venv/bin/python -m train.antispoof --write              # train, measure, write model + docs
+    .venv/bin/python -m train.antispoof --gmm-baseline       # the LFCC-GMM baseline, for comparison
+    options: --cache DIR, --no-logo (skip leave-one-generator-out), --logo-only (only that, for the
+    model already written), --logo-epochs N
+
+Steps (seeded: a rerun on the same cache gives the same split and, up to floating-point
+non-determinism of multi-threaded CPU kernels, the same numbers):
+
+1. Split by speaker (``split_of``): 25 % of the bona fide speakers, and every spoof made from their
+   speech, are held out for testing; TTS voices and the NII/ARCTIC speakers, which have no bona fide
+   side, are held out per generator (every 4th voice in a fixed hash order, at least one). Debian
+   bona fide (Asterisk, KLettres) is never trained on (licence) and is an unseen-domain test set.
+   One training speaker in six is set aside for validation (calibration).
+2. LCNN on the runtime front end (``verilive.voice.antispoof.log_spectrogram``), 2 s random crops,
+   class-balanced sampling, SpecAugment masks; the validation logits fit a multinomial logistic
+   calibration that is folded into the exported network.
+3. In-domain EER on the held-out speakers (whole clips), per class and per generator; rejection of
+   the unseen-domain bona fide.
+4. Leave-one-generator-out: for each spoof generator a network is trained without it (fewer
+   epochs), and all its clips are scored against the held-out bona fide.
+5. ``--write``: src/verilive/voice/antispoof_model.onnx, docs/antispoof_det.png, and the result
+   tables into docs/antispoof.md (between its result markers) and ``<cache>/results.md``.
+
+The LFCC-GMM baseline (``--gmm-baseline``: 20 LFCC + deltas, 64-component diagonal GMM per class,
+calibrated on out-of-fold scores) is kept for comparison; it is not shipped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+import zlib
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import soundfile as sf
+
+from train.antispoof_data import DEFAULT_CACHE, Clip, read_manifest
+from verilive.voice.antispoof import CLASSES, MODEL_FILE, SR, FrontEnd, features
+
+REPO = Path(__file__).resolve().parents[1]
+OUT_MODEL = REPO / "src" / "verilive" / "voice" / MODEL_FILE
+OUT_DET = REPO / "docs" / "antispoof_det.png"
+OUT_CARD = REPO / "docs" / "antispoof.md"  # the tables go between these markers:
+BEGIN, END = "<!-- results: begin (written by train/antispoof.py) -->", "<!-- results: end -->"
+SEED = 20240611
+
+
+# ------------------------------------------------------------------------------------- split & metrics
+
+
+def crc(s: str) -> int:
+    return zlib.crc32(s.encode())
+
+
+def split_of(clips: list[Clip]) -> dict[str, str]:
+    """Speaker -> 'train' | 'val' | 'test' | 'ood' (never trained on)."""
+    bona = {c.speaker for c in clips if c.label == "bonafide" and c.train_ok}
+    split = {s: ("test" if crc(s) % 4 == 0 else "train") for s in bona}
+    for s in {c.speaker for c in clips if not c.train_ok}:
+        split[s] = "ood"
+    by_gen: dict[str, set[str]] = defaultdict(set)
+    for c in clips:
+        if c.speaker not in split:
+            by_gen[c.generator].add(c.speaker)
+    for spk in by_gen.values():
+        order = sorted(spk, key=crc)
+        n_test = max(1, len(order) // 4) if len(order) > 1 else 0
+        for i, s in enumerate(order):
+            split[s] = "test" if i < n_test else "train"
+    for s, p in split.items():
+        if p == "train" and crc("val/" + s) % 6 == 0:
+            split[s] = "val"
+    return split
+
+
+def eer(bona: np.ndarray, spoof: np.ndarray) -> float:
+    """Equal error rate; a higher score means more bona fide."""
+    if len(bona) == 0 or len(spoof) == 0:
+        return float("nan")
+    far, frr = det_points(bona, spoof)
+    i = int(np.argmin(np.abs(frr - far)))
+    return float((frr[i] + far[i]) / 2)
+
+
+def det_points(bona: np.ndarray, spoof: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    th = np.sort(np.concatenate([bona, spoof]))
+    frr = np.searchsorted(np.sort(bona), th, side="left") / len(bona)
+    far = 1 - np.searchsorted(np.sort(spoof), th, side="left") / len(spoof)
+    return far, frr
+
+
+def pct(x: float) -> str:
+    return "–" if np.isnan(x) else f"{100 * x:.2f} %"
+
+
+def softmax(z: np.ndarray) -> np.ndarray:
+    z = z - z.max(axis=1, keepdims=True)
+    e = np.exp(z)
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def bona_logodds(logits: np.ndarray) -> np.ndarray:
+    """log P(bona fide) / P(spoof) from 4-way logits."""
+    spoof = logits[:, 1:]
+    top = spoof.max(axis=1)
+    return logits[:, 0] - (top + np.log(np.exp(spoof - top[:, None]).sum(axis=1)))
+
+
+@dataclass
+class Data:
+    clips: list[Clip]
+    feats: list[np.ndarray]
+    part: np.ndarray  # train | val | test | ood
+    lab: np.ndarray
+    gen: np.ndarray
+    split: dict[str, str]
+
+
+def load_data(cache: Path, extract: Callable[[np.ndarray], np.ndarray], name: str, min_frames: int) -> Data:
+    clips = read_manifest(cache)
+    store = cache / f"{name}.npz"
+    ids = [c.id for c in clips]
+    feats: list[np.ndarray] | None = None
+    if store.exists():
+        with np.load(store, allow_pickle=False) as z:
+            if list(z["ids"]) == ids:
+                off = z["offsets"]
+                allf = z["feats"]
+                feats = [allf[..., off[i] : off[i + 1]] for i in range(len(ids))]
+    if feats is None:
+        t = time.time()
+        feats = []
+        for c in clips:
+            x, sr = sf.read(cache / c.path, dtype="float32")
+            assert sr == SR
+            feats.append(extract(x))
+        offsets = np.cumsum([0] + [f.shape[-1] for f in feats])
+        np.savez(store, ids=np.array(ids), offsets=offsets, feats=np.concatenate(feats, axis=-1))
+        print(f"{name} features of {len(clips)} clips in {time.time() - t:.0f} s", flush=True)
+    ok = [i for i, f in enumerate(feats) if f.shape[-1] >= min_frames]
+    clips, feats = [clips[i] for i in ok], [feats[i] for i in ok]
+    split = split_of(clips)
+    return Data(
+        clips,
+        feats,
+        np.array([split[c.speaker] for c in clips]),
+        np.array([c.label for c in clips]),
+        np.array([c.generator for c in clips]),
+        split,
+    )
+
+
+class Report:
+    def __init__(self) -> None:
+        self.lines: list[str] = []
+
+    def __call__(self, s: str = "") -> None:
+        print(s, flush=True)
+        self.lines.append(s)
+
+
+def data_table(d: Data, out: Report) -> None:
+    out("| class | generator | train | val | test | unseen-domain | minutes | speakers/voices | licence |")
+    out("|---|---|---|---|---|---|---|---|---|")
+    for cls in CLASSES:
+        for g in sorted(set(d.gen[d.lab == cls])):
+            idx = np.flatnonzero((d.lab == cls) & (d.gen == g))
+            mins = sum(d.clips[i].duration_s for i in idx) / 60
+            n = {p: int(np.sum(d.part[idx] == p)) for p in ("train", "val", "test", "ood")}
+            spk = len({d.clips[i].speaker for i in idx})
+            lic = ", ".join(sorted({d.clips[i].licence for i in idx}))
+            out(
+                f"| {cls} | {g} | {n['train']} | {n['val']} | {n['test']} | {n['ood']} | {mins:.1f} | {spk} "
+                f"| {lic} |"
+            )
+    out()
+
+
+def in_domain_tables(d: Data, te: np.ndarray, logits: np.ndarray, out: Report) -> None:
+    score = bona_logodds(logits)
+    lab, gen = d.lab[te], d.gen[te]
+    spoof = lab != "bonafide"
+    bona = score[~spoof]
+    out("| attack set | test clips | EER |")
+    out("|---|---|---|")
+    out(f"| all spoofs pooled | {spoof.sum()} | {pct(eer(bona, score[spoof]))} |")
+    for cls in CLASSES[1:]:
+        m = lab == cls
+        out(f"| class {cls} | {m.sum()} | {pct(eer(bona, score[m]))} |")
+    for cls in CLASSES[1:]:
+        for g in sorted(set(gen[lab == cls])):
+            m = gen == g
+            out(f"| {cls} / {g} | {m.sum()} | {pct(eer(bona, score[m]))} |")
+    n_spk = len({d.clips[i].speaker for i in te[~spoof]})
+    out(f"\n(held-out bona fide: {len(bona)} clips of {n_spk} speakers)\n")
+    p = softmax(logits)
+    pred = np.array(CLASSES)[p.argmax(axis=1)]
+    out(
+        f"4-way accuracy {np.mean(pred == lab):.3f}; at P(bona fide) >= 0.5: bona fide rejected "
+        f"{np.mean(p[~spoof, 0] < 0.5):.3f}, spoofs accepted {np.mean(p[spoof, 0] >= 0.5):.3f}\n"
+    )
+    out("| true \\ predicted | " + " | ".join(CLASSES) + " |")
+    out("|---|" + "---|" * len(CLASSES))
+    for cls in CLASSES:
+        row = [int(np.sum((lab == cls) & (pred == c2))) for c2 in CLASSES]
+        out(f"| {cls} | " + " | ".join(map(str, row)) + " |")
+    out()
+
+
+def ood_table(
+    d: Data, ood: np.ndarray, logits_ood: np.ndarray, te: np.ndarray, logits_te: np.ndarray, out: Report
+) -> None:
+    p = softmax(logits_ood)
+    s_ood, s_te = bona_logodds(logits_ood), bona_logodds(logits_te)
+    spoof_te = s_te[d.lab[te] != "bonafide"]
+    pred = np.array(CLASSES)[p.argmax(axis=1)]
+    out(
+        "| set | clips | rejected at P(bona fide) < 0.5 | most often taken for | EER vs all held-out spoofs |"
+    )
+    out("|---|---|---|---|---|")
+    for g in sorted(set(d.gen[ood])):
+        m = d.gen[ood] == g
+        vals, counts = np.unique(pred[m & (pred != "bonafide")], return_counts=True)
+        top = vals[counts.argmax()] if counts.size else "–"
+        out(f"| {g} | {m.sum()} | {np.mean(p[m, 0] < 0.5):.3f} | {top} | {pct(eer(s_ood[m], spoof_te))} |")
+    out()
+
+
+# ------------------------------------------------------------------------------------- LCNN
+
+
+def build_net(mean: np.ndarray, std: np.ndarray) -> Any:
+    import torch
+    from torch import nn
+
+    class MFM(nn.Module):
+        """Max-feature-map: the element-wise max of the two halves of the channels."""
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            a, b = torch.chunk(x, 2, dim=1)
+            return torch.maximum(a, b)
+
+    class LCNN(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.register_buffer("mean", torch.tensor(mean, dtype=torch.float32).view(1, 2, -1, 1))
+            self.register_buffer("std", torch.tensor(std, dtype=torch.float32).view(1, 2, -1, 1))
+            # A strided first layer and early pooling keep it cheap (~27 M multiply-adds per 2 s).
+            self.body = nn.Sequential(
+                nn.Conv2d(2, 24, 5, stride=2, padding=2), MFM(), nn.MaxPool2d(2),
+                nn.Conv2d(12, 32, 3, padding=1), MFM(), nn.BatchNorm2d(16), nn.MaxPool2d(2),
+                nn.Conv2d(16, 48, 3, padding=1), MFM(), nn.BatchNorm2d(24), nn.MaxPool2d(2),
+                nn.Conv2d(24, 64, 3, padding=1), MFM(), nn.BatchNorm2d(32),
+            )  # fmt: skip
+            self.head = nn.Sequential(
+                nn.Dropout(0.4), nn.Linear(32 * 16 * 2, 80), MFM(), nn.Dropout(0.2), nn.Linear(40, 4)
+            )
+            self.cal = nn.Linear(4, 4)
+            with torch.no_grad():
+                self.cal.weight.copy_(torch.eye(4))
+                self.cal.bias.zero_()
+
+        def embed(self, x: torch.Tensor) -> torch.Tensor:
+            h = self.body((x - self.mean) / self.std)  # (B, 32, 16, T')
+            h = h.flatten(1, 2)
+            return torch.cat([h.mean(dim=2), h.std(dim=2)], dim=1)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.cal(self.head(self.embed(x)))
+
+    return LCNN()
+
+
+@dataclass
+class TrainConfig:
+    epochs: int = 20
+    steps_per_epoch: int = 50
+    batch: int = 32
+    crop: int = 200  # frames (2 s)
+    lr: float = 2e-3
+
+
+def sample_weights(d: Data, idx: np.ndarray) -> np.ndarray:
+    """Each class equally likely; within a class, generators weighted by sqrt of their size."""
+    w = np.zeros(len(idx))
+    for cls in CLASSES:
+        m = d.lab[idx] == cls
+        gens, counts = np.unique(d.gen[idx][m], return_counts=True)
+        gw = np.sqrt(counts) / np.sqrt(counts).sum()
+        for g, c, share in zip(gens, counts, gw, strict=True):
+            w[m & (d.gen[idx] == g)] = share / c
+    return w / w.sum()
+
+
+def crop_batch(
+    feats: list[np.ndarray], picks: np.ndarray, crop: int, rng: np.random.Generator, augment: bool
+) -> np.ndarray:
+    out = np.empty((len(picks), *feats[0].shape[:2], crop), np.float32)
+    for k, i in enumerate(picks):
+        f = feats[i]
+        if f.shape[2] < crop:
+            f = np.tile(f, (1, 1, -(-crop // f.shape[2])))
+        s = int(rng.integers(0, f.shape[2] - crop + 1))
+        x = f[:, :, s : s + crop].astype(np.float32)
+        if augment:
+            if rng.uniform() < 0.5:  # frequency mask (both channels)
+                w = int(rng.integers(1, 25))
+                b = int(rng.integers(0, x.shape[1] - w))
+                x[:, b : b + w] = x[:, b : b + w].mean(axis=(1, 2), keepdims=True)
+            if rng.uniform() < 0.5:  # time mask
+                w = int(rng.integers(1, 25))
+                b = int(rng.integers(0, crop - w))
+                x[:, :, b : b + w] = x[:, :, b : b + w].mean(axis=(1, 2), keepdims=True)
+            x[0] += rng.normal(0, 1.0)  # small level offset, dB
+        out[k] = x
+    return out
+
+
+def train_net(d: Data, tr: np.ndarray, cfg: TrainConfig, seed: int, log: str = "") -> Any:
+    import torch
+
+    torch.manual_seed(seed)
+    rng = np.random.default_rng(seed)
+    sub = rng.choice(tr, size=min(len(tr), 400), replace=False)
+    allf = np.concatenate([d.feats[i].astype(np.float32) for i in sub], axis=2)
+    net = build_net(allf.mean(axis=2), allf.std(axis=2) + 1e-3)
+    opt = torch.optim.AdamW(net.parameters(), lr=cfg.lr, weight_decay=1e-3)
+    total = cfg.epochs * cfg.steps_per_epoch
+    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=cfg.lr, total_steps=total, pct_start=0.15)
+    w = sample_weights(d, tr)
+    y_all = np.array([CLASSES.index(x) for x in d.lab])
+    loss_fn = torch.nn.CrossEntropyLoss(label_smoothing=0.05)
+    t = time.time()
+    net.train()
+    for ep in range(cfg.epochs):
+        run = 0.0
+        for _ in range(cfg.steps_per_epoch):
+            picks = rng.choice(tr, size=cfg.batch, p=w)
+            x = torch.from_numpy(crop_batch(d.feats, picks, cfg.crop, rng, augment=True))
+            y = torch.from_numpy(y_all[picks])
+            opt.zero_grad()
+            loss = loss_fn(net(x), y)
+            loss.backward()
+            opt.step()
+            sched.step()
+            run += float(loss)
+        print(
+            f"  {log}epoch {ep + 1}/{cfg.epochs} loss {run / cfg.steps_per_epoch:.3f} "
+            f"({time.time() - t:.0f} s)",
+            flush=True,
+        )
+    net.eval()
+    return net
+
+
+def predict(net: Any, feats: list[np.ndarray], idx: np.ndarray, max_frames: int = 800) -> np.ndarray:
+    """Logits of whole clips (the first ``max_frames``), batched by equal length."""
+    import torch
+
+    out = np.zeros((len(idx), 4))
+    lengths = np.array([min(feats[i].shape[2], max_frames) for i in idx])
+    with torch.no_grad():
+        for n in np.unique(lengths):
+            pos = np.flatnonzero(lengths == n)
+            for s in range(0, len(pos), 32):
+                p = pos[s : s + 32]
+                x = np.stack([feats[idx[k]][:, :, :n] for k in p]).astype(np.float32)
+                out[p] = net(torch.from_numpy(x)).numpy()
+    return out
+
+
+def calibrate(net: Any, logits: np.ndarray, labels: np.ndarray) -> None:
+    """Fit a multinomial logistic regression on validation logits and fold it into ``net.cal``."""
+    import torch
+    from sklearn.linear_model import LogisticRegression
+
+    y = np.array([CLASSES.index(x) for x in labels])
+    lr = LogisticRegression(C=10.0, class_weight="balanced", max_iter=5000).fit(logits, y)
+    with torch.no_grad():
+        w, b = net.cal.weight.numpy().copy(), net.cal.bias.numpy().copy()
+        net.cal.weight.copy_(torch.tensor(lr.coef_ @ w, dtype=torch.float32))
+        net.cal.bias.copy_(torch.tensor(lr.coef_ @ b + lr.intercept_, dtype=torch.float32))
+
+
+def export(net: Any, fe: FrontEnd, meta: dict[str, Any], path: Path) -> None:
+    import onnx
+    import torch
+
+    x = torch.zeros(1, 2, fe.bins, 300)
+    tmp = path.with_suffix(".tmp.onnx")
+    torch.onnx.export(
+        net, (x,), str(tmp), input_names=["features"], output_names=["logits"],
+        dynamic_axes={"features": {3: "frames"}}, opset_version=17, dynamo=False,
+    )  # fmt: skip
+    model = onnx.load(str(tmp))
+    tmp.unlink()
+    entry = model.metadata_props.add()
+    entry.key, entry.value = "verilive_antispoof", json.dumps(meta)
+    onnx.save(model, str(path))
+
+
+def run_lcnn(cache: Path, logo: bool, logo_epochs: int, write: bool, logo_only: bool = False) -> None:
+    import torch
+
+    torch.set_num_threads(int(os.environ.get("TORCH_THREADS", "2")))
+    t0 = time.time()
+    fe = FrontEnd()
+    d = load_data(cache, lambda x: features(x, fe).astype(np.float16), "feats2", 50)
+    tr, va, te, ood = (np.flatnonzero(d.part == p) for p in ("train", "val", "test", "ood"))
+    out = Report()
+    if not logo_only:
+        out("## Data\n")
+        data_table(d, out)
+    cfg = TrainConfig()
+    if logo_only:  # the shipped model's scores, from the ONNX file
+        from verilive.voice.antispoof import AntiSpoof
+
+        shipped = AntiSpoof(OUT_MODEL)
+        lt = np.stack([shipped.logits(d.feats[i].astype(np.float32)) for i in te])
+    else:
+        net = train_net(d, tr, cfg, SEED)
+        calibrate(net, predict(net, d.feats, va), d.lab[va])
+        lt, lo = predict(net, d.feats, te), predict(net, d.feats, ood)
+        out(f"## In-domain EER (held-out speakers; score = calibrated P(bona fide)); {cfg.epochs} epochs\n")
+        in_domain_tables(d, te, lt, out)
+        out("## Unseen-domain bona fide (Debian speech packages, never trained on)\n")
+        ood_table(d, ood, lo, te, lt, out)
+        print(f"main model done ({time.time() - t0:.0f} s)", flush=True)
+        if write:
+            meta = {
+                "frontend": asdict(fe), "classes": list(CLASSES), "seed": SEED, "epochs": cfg.epochs,
+                "test_speakers": sorted(s for s, p in d.split.items() if p == "test"),
+            }  # fmt: skip
+            export(net, fe, meta, OUT_MODEL)
+            print(f"wrote {OUT_MODEL} ({OUT_MODEL.stat().st_size / 1024:.0f} KiB)", flush=True)
+            check_export(net, d, te[:20])
+    logo_scores: dict[str, np.ndarray] = {}
+    bona_te = te[d.lab[te] == "bonafide"]
+    if logo:
+        out(
+            f"## Leave-one-generator-out EER (generator never trained on; vs held-out bona fide; "
+            f"LCNN, {logo_epochs} epochs)\n"
+        )
+        out(
+            "| class | held-out generator | clips | EER, generator left out | EER, in-domain, same schedule |"
+        )
+        out("|---|---|---|---|---|")
+        rows = []
+        lcfg = TrainConfig(epochs=logo_epochs)
+        # control: the same short schedule with every generator seen (held-out speakers only)
+        ctl = train_net(d, tr, lcfg, SEED + 1, log="[control] ")
+        ctl_te = bona_logodds(predict(ctl, d.feats, te))
+        ctl_bona = ctl_te[d.lab[te] == "bonafide"]
+        for g in sorted(set(d.gen[d.lab != "bonafide"])):
+            gi = np.flatnonzero(d.gen == g)
+            keep = tr[d.gen[tr] != g]
+            m = train_net(d, keep, lcfg, SEED + 1, log=f"[-{g}] ")
+            bona = bona_logodds(predict(m, d.feats, bona_te))
+            sp = bona_logodds(predict(m, d.feats, gi))
+            e = eer(bona, sp)
+            e_in = eer(ctl_bona, ctl_te[d.gen[te] == g])
+            rows.append((str(d.lab[gi[0]]), g, e, e_in))
+            logo_scores[g] = sp
+            logo_scores[f"bona_without_{g}"] = bona
+            out(f"| {d.lab[gi[0]]} | {g} | {len(gi)} | {pct(e)} | {pct(e_in)} |")
+            if write:  # each fold's spoof scores and its own held-out bona fide scores
+                np.savez(cache / "logo_scores.npz", **logo_scores)
+        for cls in CLASSES[1:]:
+            mean = float(np.mean([e for c, _, e, _ in rows if c == cls]))
+            mean_in = float(np.nanmean([e for c, _, _, e in rows if c == cls]))
+            out(f"| {cls} | mean over its generators | – | {pct(mean)} | {pct(mean_in)} |")
+        mean = float(np.mean([e for _, _, e, _ in rows]))
+        mean_in = float(np.nanmean([e for *_, e in rows]))
+        out(f"| all | mean over {len(rows)} generators | – | {pct(mean)} | {pct(mean_in)} |")
+        out(f"| all | worst generator | – | {pct(float(np.max([e for _, _, e, _ in rows])))} | – |")
+        out()
+    if write:
+        text = "\n".join(out.lines) + "\n"
+        tables = cache / "results.md"
+        if logo_only and tables.exists():
+            text = tables.read_text().split("## Leave-one-generator-out")[0] + text
+        tables.write_text(text)
+        write_card_tables(text)
+        plot_det(d, te, lt, parse_logo_rows(text))
+    print(f"total {time.time() - t0:.0f} s")
+
+
+def write_card_tables(text: str) -> None:
+    """Replace the result block of the model card (its headings demoted one level)."""
+    body = text.replace("\n## ", "\n### ").replace("## ", "### ", 1) if text.startswith("## ") else text
+    card = OUT_CARD.read_text() if OUT_CARD.exists() else f"{BEGIN}\n{END}\n"
+    head, rest = card.split(BEGIN, 1)
+    tail = rest.split(END, 1)[1]
+    OUT_CARD.write_text(f"{head}{BEGIN}\n\n{body.strip()}\n\n{END}{tail}")
+    print(f"wrote the result tables into {OUT_CARD}")
+
+
+def check_export(net: Any, d: Data, idx: np.ndarray) -> None:
+    """The ONNX file gives the same logits as the torch network."""
+    from verilive.voice.antispoof import AntiSpoof
+
+    a = AntiSpoof(OUT_MODEL)
+    ref = predict(net, d.feats, idx, max_frames=10**6)
+    got = np.stack([a.logits(d.feats[i].astype(np.float32)) for i in idx])
+    err = float(np.abs(ref - got).max())
+    print(f"ONNX vs torch: max |logit difference| {err:.2e}")
+    assert err < 1e-3
+
+
+# ------------------------------------------------------------------------------------- GMM baseline
+
+
+def lfcc(x: np.ndarray, n_filters: int = 30, n_ceps: int = 20, select_db: float = 40.0) -> np.ndarray:
+    """LFCC + deltas + delta-deltas (frames, 60)^T of the frames within ``select_db`` of the loudest."""
+    win, hop, n_fft = 320, 160, 512
+    x = np.append(x[0], x[1:] - 0.97 * x[:-1]).astype(np.float64)
+    n = 1 + (x.size - win) // hop
+    frames = x[np.arange(win)[None, :] + hop * np.arange(n)[:, None]] * np.hamming(win)
+    power = np.abs(np.fft.rfft(frames, n_fft)) ** 2
+    freqs = np.linspace(0, SR / 2, n_fft // 2 + 1)
+    edges = np.linspace(0, SR / 2, n_filters + 2)
+    fb = np.stack(
+        [
+            np.clip(np.minimum((freqs - lo) / (c - lo), (hi - freqs) / (hi - c)), 0, None)
+            for lo, c, hi in zip(edges, edges[1:], edges[2:], strict=False)
+        ]
+    )
+    k = np.arange(n_ceps)[:, None]
+    dct = np.cos(np.pi * k * (2 * np.arange(n_filters)[None, :] + 1) / (2 * n_filters))
+    ceps = np.log(power @ fb.T + 1e-10) @ dct.T
+
+    def delta(c: np.ndarray) -> np.ndarray:
+        p = np.pad(c, ((2, 2), (0, 0)), mode="edge")
+        return (p[3:-1] - p[1:-3] + 2 * (p[4:] - p[:-4])) / 10
+
+    f = np.concatenate([ceps, delta(ceps), delta(delta(ceps))], axis=1)
+    energy = 10 * np.log10(power.sum(axis=1) + 1e-10)
+    keep = energy > energy.max() - select_db
+    f = f[keep]
+    f[:, 0] -= f[:, 0].max()
+    return f.T.astype(np.float32)
+
+
+def run_gmm_baseline(cache: Path) -> None:
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.mixture import GaussianMixture
+
+    d = load_data(cache, lfcc, "lfcc", 10)
+    tr = np.flatnonzero((d.part == "train") | (d.part == "val"))
+    te = np.flatnonzero(d.part == "test")
+    allf = np.concatenate([d.feats[i] for i in tr], axis=1).T
+    mu, sd = allf.mean(axis=0), allf.std(axis=0) + 1e-6
+
+    def fit(idx: np.ndarray, seed: int) -> list[GaussianMixture]:
+        gmms = []
+        for k, cls in enumerate(CLASSES):
+            x = np.concatenate([(d.feats[i].T - mu) / sd for i in idx if d.lab[i] == cls])
+            x = x[np.random.default_rng(seed + k).choice(len(x), min(len(x), 60000), replace=False)]
+            gmms.append(
+                GaussianMixture(
+                    64, covariance_type="diag", max_iter=60, reg_covar=1e-3, random_state=seed + k
+                ).fit(x)
+            )
+        return gmms
+
+    def scores(gmms: list[GaussianMixture], idx: np.ndarray) -> np.ndarray:
+        return np.array([[g.score((d.feats[i].T - mu) / sd) for g in gmms] for i in idx])
+
+    fold = np.array([crc("fold/" + d.clips[i].speaker) % 3 for i in tr])
+    oof = np.zeros((len(tr), 4))
+    for k in range(3):
+        oof[fold == k] = scores(fit(tr[fold != k], SEED + 10 * k), tr[fold == k])
+    y = np.array([CLASSES.index(x) for x in d.lab[tr]])
+    cal = LogisticRegression(class_weight="balanced", max_iter=2000).fit(oof[:, 1:] - oof[:, :1], y)
+    s = scores(fit(tr, SEED), te)
+    logits = cal.decision_function(s[:, 1:] - s[:, :1])
+    out = Report()
+    out("## LFCC-GMM baseline, in-domain (held-out speakers)\n")
+    in_domain_tables(d, te, logits, out)
+
+
+# ------------------------------------------------------------------------------------- plot
+
+
+def parse_logo_rows(text: str) -> list[tuple[str, str, float, float]]:
+    """(class, generator, EER left out, EER in-domain) rows of the leave-one-generator-out table."""
+    rows = []
+    if "## Leave-one-generator-out" not in text:
+        return rows
+    for line in text.split("## Leave-one-generator-out", 1)[1].splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if len(cells) == 5 and cells[0] in CLASSES and cells[2] != "–":
+
+            def num(c: str) -> float:
+                return float(c.rstrip(" %")) / 100 if c != "–" else float("nan")
+
+            rows.append((cells[0], cells[1], num(cells[3]), num(cells[4])))
+    return rows
+
+
+def plot_det(
+    d: Data, te: np.ndarray, logits: np.ndarray, logo_rows: list[tuple[str, str, float, float]]
+) -> None:
+    """Left: DET curves of the shipped model on held-out speakers. Right: leave-one-generator-out EERs."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from scipy.stats import norm
+
+    score = bona_logodds(logits)
+    lab = d.lab[te]
+    bona = score[lab == "bonafide"]
+    ticks = [0.001, 0.01, 0.02, 0.05, 0.1, 0.2, 0.4, 0.6, 0.8]
+    lim = norm.ppf([0.0005, 0.9])
+    fig, (ax, bx) = plt.subplots(1, 2, figsize=(13, 6), gridspec_kw={"width_ratios": [1, 1.1]})
+    ax.set_title("DET, shipped model, held-out speakers (in-domain)")
+    ax.set_xlabel("spoofs accepted (FAR)")
+    ax.set_ylabel("bona fide rejected (FRR)")
+    ax.set_xticks(norm.ppf(ticks), [f"{100 * t:g}%" for t in ticks])
+    ax.set_yticks(norm.ppf(ticks), [f"{100 * t:g}%" for t in ticks])
+    ax.set_xlim(*lim)
+    ax.set_ylim(*lim)
+    ax.grid(True, alpha=0.3)
+    ax.plot(lim, lim, "k:", lw=0.8)
+
+    def curve(b: np.ndarray, s: np.ndarray, name: str, **kw: Any) -> None:
+        far, frr = det_points(b, s)
+        far, frr = np.clip(far, 1e-4, 1 - 1e-4), np.clip(frr, 1e-4, 1 - 1e-4)
+        ax.plot(norm.ppf(far), norm.ppf(frr), label=f"{name} (EER {100 * eer(b, s):.1f}%)", **kw)
+
+    curve(bona, score[lab != "bonafide"], "all spoofs", lw=2.5, color="k")
+    for cls in CLASSES[1:]:
+        curve(bona, score[lab == cls], cls)
+    ax.legend(fontsize=8, loc="upper right")
+    bx.set_title("EER per spoof generator: left out of training vs seen in training")
+    if logo_rows:
+        names = [f"{c} / {g}" for c, g, _, _ in logo_rows]
+        y = np.arange(len(names))
+        bx.barh(
+            y - 0.2, [100 * e for *_, e, _ in logo_rows], 0.4, label="generator left out", color="tab:red"
+        )
+        bx.barh(
+            y + 0.2,
+            [100 * e for *_, e in logo_rows],
+            0.4,
+            label="in-domain (same schedule)",
+            color="tab:gray",
+        )
+        bx.set_yticks(y, names, fontsize=8)
+        bx.invert_yaxis()
+        bx.axvline(10, color="k", ls="--", lw=0.8, label="target 10 %")
+        bx.set_xlabel("EER (%) vs held-out bona fide")
+        bx.legend(fontsize=8, loc="center right")
+        bx.grid(True, axis="x", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(OUT_DET, dpi=100)
+    print(f"wrote {OUT_DET}")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--cache", type=Path, default=DEFAULT_CACHE)
+    ap.add_argument("--no-logo", action="store_true", help="skip leave-one-generator-out")
+    ap.add_argument("--logo-epochs", type=int, default=5)
+    ap.add_argument("--write", action="store_true", help="write the model, DET plot and result tables")
+    ap.add_argument("--logo-only", action="store_true", help="only leave-one-generator-out (model exists)")
+    ap.add_argument("--gmm-baseline", action="store_true", help="only the LFCC-GMM baseline (in-domain)")
+    args = ap.parse_args()
+    if args.gmm_baseline:
+        run_gmm_baseline(args.cache)
+    else:
+        run_lcnn(args.cache, not args.no_logo, args.logo_epochs, args.write, args.logo_only)
+
+
+if __name__ == "__main__":
+    main()
