@@ -188,7 +188,9 @@ def test_checked_creation_reports_thresholds_and_still_returns_template(
     )
     assert r.status_code == 200, r.text
     body = r.json()
-    assert body["antispoofResult"] is None
+    spoof = body["antispoofResult"]
+    assert set(spoof) == {"score", "scoreReplay", "scoreTts", "scoreVc", "unsuitableInputMessage"}
+    assert spoof["unsuitableInputMessage"] is None and 0.0 <= spoof["score"] <= 1.0
     qr = body["qualityCheckResult"]
     assert qr["qualityShortDescription"] == "TOO_SMALL_SPEECH_TOTAL_LENGTH"
     assert qr["thresholdValues"] == {

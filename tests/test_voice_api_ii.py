@@ -122,3 +122,61 @@ def test_attributes_bad_input(voice: TestClient) -> None:
     assert_error(
         voice.post("/attributes_estimator/estimate_with_file", files={"wav_file": ("a", b"??")}), 400
     )
+
+
+# ------------------------------------------------------------------ anti-spoofing
+
+
+def test_antispoof_both_variants_agree_and_are_probabilities(voice: TestClient, shared_dir: Path) -> None:
+    x, sr = libri(shared_dir, "103-1240-0000.flac")
+    x = x[: 6 * sr]
+    r1 = voice.post(
+        f"/antispoof_engine/is_spoof_samples?sample_rate={sr}",
+        content=x.astype("<i2").tobytes(),
+        headers=OCTET,
+    )
+    r2 = voice.post("/antispoof_engine/is_spoof_file", files={"wav_file": ("a.wav", wav(x, sr))})
+    assert r1.status_code == r2.status_code == 200, r1.text
+    body = r1.json()
+    assert set(body) == {"score", "scoreReplay", "scoreTts", "scoreVc", "unsuitableInputMessage"}
+    assert body["unsuitableInputMessage"] is None
+    scores = [body[k] for k in ("score", "scoreReplay", "scoreTts", "scoreVc")]
+    assert all(0.0 <= s <= 1.0 for s in scores) and abs(sum(scores) - 1.0) < 1e-4
+    for k, v in body.items():
+        assert v == pytest.approx(r2.json()[k], abs=1e-5) if v is not None else r2.json()[k] is None
+
+
+def test_antispoof_unsuitable_input_is_explained(voice: TestClient) -> None:
+    url = "/antispoof_engine/is_spoof_samples?sample_rate=16000"
+    r = voice.post(url, content=np.zeros(32000, "<i2").tobytes(), headers=OCTET)
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["score"] is None and body["scoreTts"] is None
+    assert body["unsuitableInputMessage"] == "No speech detected."
+    full = np.full(32000, 32767, "<i2")
+    full[::2] = -32768  # a square wave at full scale: clipped
+    r = voice.post(url, content=full.tobytes(), headers=OCTET)
+    assert r.status_code == 200 and r.json()["unsuitableInputMessage"].startswith("Clipped audio")
+
+
+@pytest.mark.parametrize(
+    ("query", "body", "code"),
+    [
+        ("sample_rate=16000", b"", "EMPTY_BODY"),
+        ("", b"\0\1" * 8000, "MISSING_PARAMETER"),
+        ("sample_rate=1000", b"\0\1" * 8000, "INVALID_PARAMETER"),
+        ("sample_rate=16000", b"\0\1\0", "INVALID_AUDIO"),
+    ],
+)
+def test_antispoof_bad_input(voice: TestClient, query: str, body: bytes, code: str) -> None:
+    r = voice.post(f"/antispoof_engine/is_spoof_samples?{query}", content=body, headers=OCTET)
+    assert_error(r, 400, code)
+
+
+def test_antispoof_file_bad_input(voice: TestClient) -> None:
+    url = "/antispoof_engine/is_spoof_file"
+    assert_error(voice.post(url, files={"wav_file": ("a.wav", b"not audio at all")}), 400, "INVALID_AUDIO")
+    assert_error(voice.post(url, files={"wav_file": ("a.wav", b"")}), 400)
+    assert_error(voice.post(url, files={"other": ("a.wav", b"RIFF")}), 400, "MISSING_PART")
+    truncated = wav(np.zeros(16000, np.int16), 16000)[:30]
+    assert_error(voice.post(url, files={"wav_file": ("a.wav", truncated)}), 400, "INVALID_AUDIO")

@@ -1,7 +1,6 @@
 """HTTP routes of the voice analysis service (voice-analysis.md 1.12.5).
 
-Thin: parse and validate, call engines, shape the answer. Engines that arrive in later
-releases answer 501 with the standard error body.
+Thin: parse and validate, call engines, shape the answer.
 """
 
 from __future__ import annotations
@@ -17,11 +16,12 @@ from starlette.concurrency import run_in_threadpool
 
 import verilive
 from verilive.audio import MIN_SAMPLE_RATE, Audio, decode_file, decode_file_pcm16, decode_pcm16
-from verilive.errors import NotImplementedYet, VeriliveError
+from verilive.errors import VeriliveError
 from verilive.server.buildinfo import PROJECT_LICENSE, components_string, git_commit
 from verilive.server.context import ServiceContext, get_context
 from verilive.server.types import Int32
 from verilive.server.uploads import OCTET_STREAM_BODY, read_part, read_raw_body, require_multipart
+from verilive.voice.antispoof import AntiSpoof
 from verilive.voice.attributes import AttributesEstimator
 from verilive.voice.diarization import Diarizer
 from verilive.voice.engine import (
@@ -107,6 +107,7 @@ def quality_check(engine: VoiceEngine, audio: Audio, t: QualityThresholds) -> Qu
 
 def checked_creation(
     engine: VoiceEngine,
+    antispoof: AntiSpoof,
     audio: Audio,
     t: QualityThresholds,
     channel: ChannelType | None,
@@ -115,11 +116,12 @@ def checked_creation(
     """All metrics are reported and the template is returned even when a check fails: the
     caller decides (docs/voice.md#checked-template-creation)."""
     a = engine.analyse(audio)
+    spoof = antispoof.evaluate(audio, speech_seconds=a.speech_ms / 1000.0)
     template = engine.create_template(audio, channel, configuration, analysis=a)
     m = engine.quality(a)
     verdict = decide(m, t)
     return TemplateCreationWithChecksResult(
-        antispoofResult=None,
+        antispoofResult=spoof,
         qualityCheckResult=QualityCheckResultResponse(
             thresholdValues=t.as_dict(), obtainedValues=obtained_values(m), qualityShortDescription=verdict
         ),
@@ -164,6 +166,11 @@ def diarize(ctx: ServiceContext, audio: Audio, num_speakers: int | None) -> dict
     diarizer = ctx.engine("diarizer", lambda: Diarizer.from_engine(engine_of(ctx)))
     turns = diarizer.diarize(audio.mono(), audio.sample_rate, num_speakers)
     return {k: [audio_interval(s, e, audio.sample_rate) for s, e in v] for k, v in turns.items()}
+
+
+def antispoof_of(ctx: ServiceContext) -> AntiSpoof:
+    threads = ctx.settings.onnx_intra_op_threads
+    return ctx.engine("antispoof", lambda: AntiSpoof.from_engine(engine_of(ctx), intra_op_threads=threads))
 
 
 def attributes_of(ctx: ServiceContext) -> AttributesEstimator:
@@ -324,7 +331,9 @@ async def create_voice_template_checked_from_samples(
     configuration: Configuration = None,
 ) -> TemplateCreationWithChecksResult:
     audio = await samples_audio(request, ctx, sample_rate)
-    return await run(checked_creation, engine_of(ctx), audio, t, channel_type, configuration)
+    return await run(
+        checked_creation, engine_of(ctx), antispoof_of(ctx), audio, t, channel_type, configuration
+    )
 
 
 @router.post(
@@ -341,7 +350,9 @@ async def create_voice_template_checked_from_file(
     configuration: Configuration = None,
 ) -> TemplateCreationWithChecksResult:
     audio = await file_audio(wav_file, "wav_file", ctx)
-    return await run(checked_creation, engine_of(ctx), audio, t, channel_type, configuration)
+    return await run(
+        checked_creation, engine_of(ctx), antispoof_of(ctx), audio, t, channel_type, configuration
+    )
 
 
 @router.get(
@@ -539,8 +550,8 @@ async def estimate_attributes_with_file(ctx: Ctx, wav_file: WavFile) -> Attribut
     openapi_extra=OCTET_STREAM_BODY,
 )
 async def is_spoof_samples(ctx: Ctx, request: Request, sample_rate: SampleRate) -> AntispoofResult:
-    await samples_audio(request, ctx, sample_rate)
-    raise NotImplementedYet("Voice anti-spoofing is not available in this build of verilive")
+    audio = await samples_audio(request, ctx, sample_rate)
+    return await run(antispoof_of(ctx).evaluate, audio)
 
 
 @router.post(
@@ -550,5 +561,5 @@ async def is_spoof_samples(ctx: Ctx, request: Request, sample_rate: SampleRate) 
     dependencies=Multipart,
 )
 async def is_spoof_file(ctx: Ctx, wav_file: WavFile) -> AntispoofResult:
-    await file_audio(wav_file, "wav_file", ctx)
-    raise NotImplementedYet("Voice anti-spoofing is not available in this build of verilive")
+    audio = await file_audio(wav_file, "wav_file", ctx)
+    return await run(antispoof_of(ctx).evaluate, audio)
