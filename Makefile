@@ -16,10 +16,10 @@ PY_DIRS := $(wildcard src tests bench eval train)
 
 .PHONY: install models serve test lint format clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e ".[dev,convert]"
+	$(BIN)/python -m pip install --quiet -e ".[dev,convert,postgres]"
 	touch $(STAMP)
 
 install: $(STAMP)

@@ -106,6 +106,17 @@ class Settings(BaseSettings):
         "2.1.0", description="Capture liveness interface version to answer as (2.0.0 for old clients)."
     )
 
+    # --- face service: business-intelligence records (docs/bi.md) ---
+    bi_database_url: str = Field(
+        default_factory=lambda: (
+            "sqlite:///" + str(Path(platformdirs.user_data_dir("verilive")) / "bi.sqlite3")
+        ),
+        description="Where BI records go: an SQLAlchemy URL (postgresql://...) or an SQLite file path.",
+    )
+    bi_retention_days: int = Field(
+        90, ge=0, description="Days BI records are kept before they are purged (0 = keep forever)."
+    )
+
     # --- logging ---
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     log_json: bool = Field(True, description="Structured JSON log lines (false: plain text).")
