@@ -203,7 +203,7 @@ def onnx_model(tmp_path: Path) -> Path:
 
 def test_packaged_manifest() -> None:
     m = default_manifest()
-    assert m.ids == ["silero_vad", "centerface", "campplus"]
+    assert m.ids == ["silero_vad", "centerface", "campplus", "minifasnet_v2", "minifasnet_v1se"]
     cam = m.get("campplus")
     assert cam.sha256 == "92f29b94e6948786a26778c9e302525d185bb08c8b9f5252ed98776902840199"
     assert cam.convert is not None and cam.check is not None and cam.licence == "Apache-2.0"
@@ -632,7 +632,7 @@ def test_session_threads_setting_wins_over_manifest_hint(
 @pytest.mark.skipif(not REAL_MIRROR.is_dir(), reason="shared model mirror not present")
 def test_real_models_from_mirror(models_dir: Path, no_upstream: None) -> None:
     store = ModelStore(models_dir, mirror=REAL_MIRROR, allow_upstream=False)
-    for mid in ("silero_vad", "centerface", "campplus"):
+    for mid in ("silero_vad", "centerface", "campplus", "minifasnet_v2", "minifasnet_v1se"):
         res = store.pull(mid)  # runs the packaged check vector (and the conversion for campplus)
         assert res.origin == "mirror"
         assert store.verify(mid).source_sha256 == store.spec(mid).sha256

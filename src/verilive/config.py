@@ -106,6 +106,51 @@ class Settings(BaseSettings):
         "2.1.0", description="Capture liveness interface version to answer as (2.0.0 for old clients)."
     )
 
+    # --- face service: image input and validation (docs/face.md) ---
+    face_max_image_pixels: int = Field(
+        40_000_000, ge=1, description="Largest image accepted, in pixels (decompression-bomb guard)."
+    )
+    face_max_images: int = Field(
+        64, ge=1, description="Most images in one check_liveness series or check_liveness_batch request."
+    )
+    face_min_face_px: float = Field(
+        60.0, ge=0, description="FACE_TOO_SMALL below this face-box height in pixels."
+    )
+    face_min_face_relative: float = Field(
+        0.08, ge=0, le=1, description="FACE_TOO_SMALL below this face-box height / image height."
+    )
+    face_min_interpupillary_px: float = Field(
+        20.0, ge=0, description="FACE_TOO_SMALL below this distance between the eye centres, pixels."
+    )
+    face_secondary_face_relative: float = Field(
+        0.4,
+        gt=0,
+        le=1,
+        description="TOO_MANY_FACES counts other faces at least this fraction of the largest face's height.",
+    )
+    face_cropped_fraction: float = Field(
+        0.1,
+        ge=0,
+        le=1,
+        description="FACE_CROPPED when more than this fraction of the face extent lies outside the image.",
+    )
+    face_border_margin: float = Field(
+        0.15,
+        ge=0,
+        description="FACE_CLOSE_TO_BORDER when the face box is closer to an edge than this x its size.",
+    )
+    face_max_yaw: float = Field(30.0, gt=0, le=90, description="FACE_ANGLE_TOO_LARGE above |yaw|, degrees.")
+    face_max_pitch: float = Field(
+        25.0, gt=0, le=90, description="FACE_ANGLE_TOO_LARGE above |pitch|, degrees."
+    )
+    face_max_roll: float = Field(30.0, gt=0, le=90, description="FACE_ANGLE_TOO_LARGE above |roll|, degrees.")
+    face_occlusion_threshold: float = Field(
+        0.5, ge=0, le=1, description="FACE_IS_OCCLUDED at or above this occlusion score."
+    )
+    face_min_image_side: int = Field(
+        240, ge=1, description="IMAGE_TOO_SMALL when the shorter image side is below this, pixels."
+    )
+
     # --- face service: business-intelligence records (docs/bi.md) ---
     bi_database_url: str = Field(
         default_factory=lambda: (

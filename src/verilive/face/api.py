@@ -1,21 +1,41 @@
-"""HTTP routes of the face liveness service (face-liveness.md)."""
+"""HTTP routes of the face liveness service (face-liveness.md).
+
+Thin: read the parts and parameters, call :class:`verilive.face.engine.FaceEngine`, write one BI
+record and the decision metrics per decision, shape the answer. check_liveness and
+check_liveness_batch always answer 200 (errors in the body); check_image answers 400 for malformed
+``data`` (docs/face.md).
+"""
 
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, File, Form, Header, Query, UploadFile
+import orjson
+from fastapi import APIRouter, Depends, File, Form, Header, Query, Request, UploadFile
+from fastapi.responses import JSONResponse
+from pydantic import ValidationError
+from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import UploadFile as StarletteUpload
 
-from verilive.errors import NotImplementedYet
-from verilive.face.pipelines import DEFAULT_PIPELINE, PIPELINES
+import verilive
+from verilive.errors import InvalidInput, InvalidParameter
+from verilive.face.engine import ErrorCode, FaceEngine, ImageResult
+from verilive.face.meta import Meta, MetaError, parse_meta
+from verilive.face.metrics import FaceMetrics
+from verilive.face.pipelines import DEFAULT_PIPELINE, PIPELINES, Calibration, Domain
 from verilive.face.schemas import (
     ApiVersion,
     BatchLivenessResult,
+    CheckImageData,
     CheckImageResponse,
     LivenessResult,
+    PipelineRequest,
     RequestError,
 )
+from verilive.server.bi import BiRecord, BiStore, parse_date
 from verilive.server.context import ServiceContext, get_context
 from verilive.server.uploads import require_multipart
 
@@ -28,7 +48,7 @@ MetaHeader = Annotated[
         description='JSON: {"OS": "IOS|ANDROID|DESKTOP|UNKNOWN", "OS_VERSION", "MANUFACTURE", "MODEL"}',
     ),
 ]
-DateQ = Annotated[dt.date | None, Query(description="yyyy-MM-dd")]
+DateQ = Annotated[str | None, Query(description="yyyy-MM-dd", json_schema_extra={"format": "date"})]
 
 # Images may come under any part name; "image" is the documented one (see docs/face.md).
 IMAGES_BODY: dict[str, Any] = {
@@ -49,12 +69,112 @@ IMAGES_BODY: dict[str, Any] = {
 }
 
 
+# Parts parsed at most; more than the image limit is refused after parsing, with a clear message.
+MAX_PARTS = 1000
+
+
+class RequestFailure(Exception):
+    """A whole-request failure of check_liveness / check_liveness_batch, answered with 200."""
+
+    def __init__(self, error: str, error_code: str | None = None) -> None:
+        super().__init__(error)
+        self.error = error
+        self.error_code = error_code
+
+
 def iso_expiry(ctx: ServiceContext) -> str:
     return ctx.license_expires_at().isoformat().replace("+00:00", "Z")
 
 
-def _not_yet(what: str) -> NotImplementedYet:
-    return NotImplementedYet(f"{what} is not available in this build of verilive")
+def engine_of(ctx: ServiceContext) -> FaceEngine:
+    return ctx.engine("face", lambda: FaceEngine.from_registry(ctx.models, ctx.settings))
+
+
+def bi_of(ctx: ServiceContext) -> BiStore:
+    return ctx.engine("bi", lambda: BiStore.from_settings(ctx.settings))
+
+
+def metrics_of(ctx: ServiceContext) -> FaceMetrics:
+    return ctx.engine("face_metrics", lambda: FaceMetrics(ctx.metrics.registry))
+
+
+def check_pipeline(pipeline: str | None) -> str:
+    name = DEFAULT_PIPELINE if pipeline in (None, "") else str(pipeline)
+    if name not in PIPELINES:
+        raise RequestFailure(f"Unsupported pipeline '{name}'; available: {', '.join(PIPELINES)}")
+    return name
+
+
+def meta_of(header: str | None) -> Meta:
+    try:
+        return parse_meta(header)
+    except MetaError as exc:
+        raise RequestFailure(str(exc), ErrorCode.INVALID_META.value) from None
+
+
+async def image_parts(request: Request, limit: int) -> list[tuple[str, bytes]]:
+    """(file name, bytes) of every file part, whatever its part name; form fields are ignored."""
+    ctype = request.headers.get("content-type", "")
+    if not ctype.lower().startswith("multipart/form-data"):
+        raise RequestFailure(f"Expected multipart/form-data with image parts, got '{ctype or 'none'}'")
+    try:
+        form = await request.form(max_files=MAX_PARTS, max_fields=MAX_PARTS)
+    except Exception as exc:  # malformed multipart, too many parts: a request failure, never a 500
+        detail = getattr(exc, "detail", None) or str(exc)
+        raise RequestFailure(f"The multipart body cannot be read: {detail}") from None
+    files = [(k, v) for k, v in form.multi_items() if isinstance(v, StarletteUpload)]
+    if not files:
+        raise RequestFailure("No image part in the request; send the image(s) as multipart file parts")
+    if len(files) > limit:
+        raise RequestFailure(f"Too many images: {len(files)} parts, at most {limit} per request")
+    out = []
+    for name, f in files:
+        out.append((f.filename or name, await f.read()))
+    return out
+
+
+def record(
+    ctx: ServiceContext,
+    endpoint: str,
+    pipeline: str,
+    calibration: str,
+    platform: str,
+    results: Sequence[ImageResult],
+) -> None:
+    """One BI record and one decision count per result. Never the image, nothing personal."""
+    now = dt.datetime.now(dt.UTC)
+    metrics = metrics_of(ctx)
+    rows = []
+    for r in results:
+        metrics.observe(pipeline, r.probability, r.error_code, r.latency_ms / 1000.0)
+        rows.append(
+            BiRecord(
+                time=now,
+                endpoint=endpoint,
+                pipeline=pipeline,
+                calibration=calibration,
+                platform=platform,
+                probability=r.probability,
+                quality=r.quality,
+                score=r.score,
+                error_code=r.error_code,
+                image_width=r.width,
+                image_height=r.height,
+                latency_ms=r.latency_ms,
+            )
+        )
+    bi_of(ctx).add_many(rows)
+
+
+def values_of(r: ImageResult) -> dict[str, Any]:
+    """Success: probability, quality, score. Rejection: error and error_code, nothing else."""
+    if r.ok:
+        return {"probability": r.probability, "quality": r.quality, "score": r.score}
+    return {"error": r.error, "error_code": r.error_code}
+
+
+def failure(exc: RequestFailure) -> JSONResponse:
+    return JSONResponse({"error": exc.error, "error_code": exc.error_code})
 
 
 router = APIRouter()
@@ -76,10 +196,24 @@ async def api_version(ctx: Ctx) -> ApiVersion:
     response_model=LivenessResult,
     tags=["liveness"],
     openapi_extra=IMAGES_BODY,
-    dependencies=[Depends(require_multipart)],
 )
-async def check_liveness(ctx: Ctx, pipeline: PipelineQ = None, meta: MetaHeader = None) -> LivenessResult:
-    raise _not_yet("Face liveness")
+async def check_liveness(
+    ctx: Ctx, request: Request, pipeline: PipelineQ = None, meta: MetaHeader = None
+) -> JSONResponse:
+    try:
+        name = check_pipeline(pipeline)
+        platform = meta_of(meta).platform
+        parts = await image_parts(request, ctx.settings.face_max_images)
+    except RequestFailure as exc:
+        return failure(exc)
+    engine = engine_of(ctx)
+    images = [data for _, data in parts]
+    if len(images) == 1:
+        result = await run_in_threadpool(engine.check, images[0], name)
+    else:
+        result = await run_in_threadpool(engine.check_series, images, name)
+    await run_in_threadpool(record, ctx, "check_liveness", name, Calibration.REGULAR, platform, [result])
+    return JSONResponse(values_of(result))
 
 
 @router.post(
@@ -92,8 +226,63 @@ async def check_image(
     ctx: Ctx,
     data: Annotated[str, Form(description="JSON: {domain, pipelines: [{pipeline, calibration}]}")],
     image: Annotated[UploadFile, File(description="The image file.")],
-) -> CheckImageResponse:
-    raise _not_yet("Face liveness")
+) -> JSONResponse:
+    request = parse_check_image_data(data)
+    content = await image.read()
+    engine = engine_of(ctx)
+    results: list[dict[str, Any]] = []
+    for name, calibration in request.pipelines:
+        r = await run_in_threadpool(engine.check, content, name, calibration, request.domain)
+        await run_in_threadpool(record, ctx, "check_image", name, calibration, "UNKNOWN", [r])
+        results.append({"pipeline": name, "calibration": calibration.value, **values_of(r)})
+    return JSONResponse(
+        {
+            "serverVersion": verilive.__version__,
+            "licenseExpirationDate": ctx.license_expiration_date.isoformat(),
+            "results": results,
+        }
+    )
+
+
+@dataclass
+class CheckImageRequest:
+    domain: Domain = Domain.GENERAL
+    pipelines: list[tuple[str, Calibration]] = field(default_factory=list)
+
+
+def parse_check_image_data(data: str) -> CheckImageRequest:
+    """The ``data`` part, strictly: malformed JSON, unknown names or wrong types are a 400."""
+    try:
+        raw = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidInput(f"The 'data' part is not valid JSON: {exc}", code="INVALID_DATA") from None
+    if not isinstance(raw, dict):
+        raise InvalidInput("The 'data' part must be a JSON object", code="INVALID_DATA")
+    try:
+        parsed = CheckImageData.model_validate(raw)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(x) for x in first["loc"])
+        raise InvalidInput(
+            f"The 'data' part is malformed at '{where}': {first['msg']}", code="INVALID_DATA"
+        ) from None
+    domain = (parsed.domain or Domain.GENERAL.value).upper()
+    if domain not in Domain.__members__:
+        raise InvalidParameter(f"Unknown domain '{parsed.domain}'; use GENERAL or DESKTOP")
+    out = CheckImageRequest(Domain(domain))
+    for i, p in enumerate(parsed.pipelines or [PipelineRequest(pipeline=DEFAULT_PIPELINE)]):
+        name, cal = p.pipeline, p.calibration or Calibration.REGULAR.value
+        if name not in PIPELINES:
+            raise InvalidParameter(
+                f"Unknown pipeline '{name}' in pipelines[{i}]; available: {', '.join(PIPELINES)}"
+            )
+        if cal.upper() not in Calibration.__members__:
+            raise InvalidParameter(
+                f"Unknown calibration '{cal}' in pipelines[{i}]; available: "
+                + ", ".join(c.value for c in Calibration)
+            )
+        out.pipelines.append((name, Calibration(cal.upper())))
+    return out
 
 
 @router.post(
@@ -102,19 +291,31 @@ async def check_image(
     response_model=list[BatchLivenessResult] | RequestError,
     tags=["liveness"],
     openapi_extra=IMAGES_BODY,
-    dependencies=[Depends(require_multipart)],
 )
 async def check_liveness_batch(
-    ctx: Ctx, pipeline: PipelineQ = None, meta: MetaHeader = None
-) -> list[BatchLivenessResult] | RequestError:
-    raise _not_yet("Face liveness")
+    ctx: Ctx, request: Request, pipeline: PipelineQ = None, meta: MetaHeader = None
+) -> JSONResponse:
+    try:
+        name = check_pipeline(pipeline)
+        platform = meta_of(meta).platform
+        parts = await image_parts(request, ctx.settings.face_max_images)
+    except RequestFailure as exc:
+        return failure(exc)
+    engine = engine_of(ctx)
+    results = await run_in_threadpool(engine.check_images, [d for _, d in parts], name)
+    await run_in_threadpool(record, ctx, "check_liveness_batch", name, Calibration.REGULAR, platform, results)
+    return JSONResponse(
+        [{"file_name": file_name, **values_of(r)} for (file_name, _), r in zip(parts, results, strict=True)]
+    )
 
 
 @router.get("/bi_report", response_model=dict[str, int], tags=["bi"])
 async def bi_report(ctx: Ctx, date_from: DateQ = None, date_to: DateQ = None) -> dict[str, int]:
-    raise _not_yet("BI reports")
+    d0, d1 = parse_date(date_from, "date_from"), parse_date(date_to, "date_to")
+    return await run_in_threadpool(bi_of(ctx).report, d0, d1)
 
 
 @router.get("/bi_records", response_model=list[dict[str, Any]], tags=["bi"])
 async def bi_records(ctx: Ctx, date_from: DateQ = None, date_to: DateQ = None) -> list[dict[str, Any]]:
-    raise _not_yet("BI records")
+    d0, d1 = parse_date(date_from, "date_from"), parse_date(date_to, "date_to")
+    return await run_in_threadpool(bi_of(ctx).records, d0, d1)

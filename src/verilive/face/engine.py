@@ -1,0 +1,402 @@
+"""Face liveness engine: image -> validation -> liveness score (no HTTP; docs/face.md).
+
+One image goes through: decode (EXIF honoured, header checked before pixels) -> CenterFace
+detection -> validation in a fixed order of precedence -> the pipeline's MiniFASNet model(s) on
+the upstream crops of the largest face -> a raw log-odds ``score`` -> ``probability`` =
+sigmoid(score + calibration offset + domain offset), and ``quality`` from face size, sharpness,
+exposure, pose and occlusion.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+
+import numpy as np
+
+from verilive.config import Settings
+from verilive.face.detector import Face, FaceDetector
+from verilive.face.image import DecodedImage, ImageError, decode_image
+from verilive.face.minifasnet import V1SE, V2, MiniFASNet, retinaface_like_box
+from verilive.face.occlusion import occlusion
+from verilive.face.pipelines import DEFAULT_PIPELINE, PIPELINES, Calibration, Domain
+from verilive.face.quality import quality_factors
+from verilive.models.sessions import ModelRegistry
+
+__all__ = [
+    "CALIBRATION_OFFSETS",
+    "PIPELINE_MODELS",
+    "ErrorCode",
+    "FaceEngine",
+    "ImageResult",
+    "Validation",
+]
+
+
+class ErrorCode(StrEnum):
+    """Rejection reasons, in order of precedence for validation (docs/face.md#validation)."""
+
+    FACE_NOT_FOUND = "FACE_NOT_FOUND"
+    TOO_MANY_FACES = "TOO_MANY_FACES"
+    FACE_TOO_SMALL = "FACE_TOO_SMALL"
+    FACE_CROPPED = "FACE_CROPPED"
+    FACE_CLOSE_TO_BORDER = "FACE_CLOSE_TO_BORDER"
+    FACE_ANGLE_TOO_LARGE = "FACE_ANGLE_TOO_LARGE"
+    FACE_IS_OCCLUDED = "FACE_IS_OCCLUDED"
+    IMAGE_TOO_SMALL = "IMAGE_TOO_SMALL"
+    # Input that cannot be used at all.
+    FAILED_TO_READ_IMAGE = "FAILED_TO_READ_IMAGE"
+    INVALID_META = "INVALID_META"
+
+
+# Models of each pipeline. "ensemble" averages the two models' live probabilities (upstream's own
+# combination), "fast" runs MiniFASNetV2 alone.
+PIPELINE_MODELS: dict[str, tuple[str, ...]] = {"ensemble": (V2, V1SE), "fast": (V2,)}
+assert tuple(PIPELINE_MODELS) == PIPELINES
+
+# Offsets added to the raw log-odds before the sigmoid. HARDENED moves the live threshold up by
+# 1.5 log-odds (fewer attacks accepted, more live people rejected), SOFT moves it down. Measured
+# effect: docs/face.md#calibrations (python -m eval.face_attacks).
+CALIBRATION_OFFSETS: dict[Calibration, float] = {
+    Calibration.REGULAR: 0.0,
+    Calibration.SOFT: 1.5,
+    Calibration.HARDENED: -1.5,
+}
+# Live probabilities are clipped before the logit so that the score stays finite.
+P_EPS = 1e-6
+
+
+@dataclass(frozen=True)
+class Validation:
+    """Thresholds of the validation codes; every one is a setting (README configuration table)."""
+
+    min_face_px: float = 60.0
+    min_face_relative: float = 0.08
+    min_interpupillary_px: float = 20.0
+    secondary_face_relative: float = 0.4
+    cropped_fraction: float = 0.1
+    border_margin: float = 0.15
+    max_yaw: float = 30.0
+    max_pitch: float = 25.0
+    max_roll: float = 30.0
+    occlusion_threshold: float = 0.5
+    min_image_side: int = 240
+
+    @classmethod
+    def from_settings(cls, s: Settings) -> Validation:
+        return cls(
+            min_face_px=s.face_min_face_px,
+            min_face_relative=s.face_min_face_relative,
+            min_interpupillary_px=s.face_min_interpupillary_px,
+            secondary_face_relative=s.face_secondary_face_relative,
+            cropped_fraction=s.face_cropped_fraction,
+            border_margin=s.face_border_margin,
+            max_yaw=s.face_max_yaw,
+            max_pitch=s.face_max_pitch,
+            max_roll=s.face_max_roll,
+            occlusion_threshold=s.face_occlusion_threshold,
+            min_image_side=s.face_min_image_side,
+        )
+
+    def for_domain(self, domain: Domain) -> Validation:
+        """DESKTOP: webcams at arm's length give smaller faces nearer the frame edge, so the relative
+        size and border rules are halved; absolute size, pose and occlusion rules stay."""
+        if domain is Domain.DESKTOP:
+            return replace(
+                self, min_face_relative=self.min_face_relative / 2, border_margin=self.border_margin / 2
+            )
+        return self
+
+
+@dataclass
+class ImageResult:
+    """The outcome for one image: values, or a rejection."""
+
+    score: float | None = None  # raw log-odds of the pipeline, before calibration
+    probability: float | None = None
+    quality: float | None = None
+    error: str | None = None
+    error_code: str | None = None
+    width: int | None = None
+    height: int | None = None
+    latency_ms: float = 0.0
+    details: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def ok(self) -> bool:
+        return self.error_code is None and self.error is None
+
+    @classmethod
+    def rejected(cls, code: ErrorCode, message: str, image: DecodedImage | None = None) -> ImageResult:
+        return cls(
+            error=message,
+            error_code=code.value,
+            width=image.width if image else None,
+            height=image.height if image else None,
+        )
+
+
+@dataclass(frozen=True)
+class _Checked:
+    """A decoded image with its validated face, ready for the models."""
+
+    image: DecodedImage
+    face: Face
+    quality: float
+    details: dict[str, float]
+
+
+def sigmoid(x: float) -> float:
+    if x >= 0:
+        return 1.0 / (1.0 + math.exp(-x))
+    e = math.exp(x)
+    return e / (1.0 + e)
+
+
+def _logit(p: np.ndarray) -> np.ndarray:
+    q = np.clip(p, P_EPS, 1.0 - P_EPS)
+    return np.log(q) - np.log1p(-q)
+
+
+# Where a whole face lies, from its landmarks, in units of d = max(eye distance, 0.9 x eye-to-mouth
+# distance) (the eye distance alone shrinks with yaw): d either side of the eye midpoint, d above
+# the eyes and 0.8 d below the mouth. Measured on frontal portraits, where it matches the box.
+EXTENT_SIDE, EXTENT_UP, EXTENT_DOWN = 1.0, 1.0, 0.8
+
+
+def face_extent(face: Face) -> tuple[float, float, float, float]:
+    """The face's full extent: the detector box joined with the landmark-based box. CenterFace keeps
+    its box inside the image, but its landmarks still say where the cut-off part of a face is."""
+    lm = np.asarray(face.landmarks, dtype=np.float64)
+    eyes = (lm[0] + lm[1]) / 2.0
+    mouth = (lm[3] + lm[4]) / 2.0
+    d = max(float(np.hypot(*(lm[1] - lm[0]))), 0.9 * float(np.hypot(*(mouth - eyes))), 1.0)
+    x1, y1, x2, y2 = face.box
+    return (
+        min(x1, eyes[0] - EXTENT_SIDE * d),
+        min(y1, eyes[1] - EXTENT_UP * d),
+        max(x2, eyes[0] + EXTENT_SIDE * d),
+        max(y2, mouth[1] + EXTENT_DOWN * d),
+    )
+
+
+def face_xywh(face: Face) -> tuple[int, int, int, int]:
+    """The box the models' crop rule expects: the CenterFace box mapped to a RetinaFace-like one
+    (the models were trained on RetinaFace boxes; docs/model-minifasnet.md)."""
+    return retinaface_like_box(face.box)
+
+
+class FaceEngine:
+    """Thread-safe: sessions are shared, no per-call state on ``self``."""
+
+    def __init__(
+        self,
+        detector: FaceDetector,
+        models: dict[str, MiniFASNet],
+        validation: Validation = Validation(),
+        max_pixels: int = 40_000_000,
+        workers: int = 2,
+    ) -> None:
+        self.detector = detector
+        self.models = models
+        self.validation = validation
+        self.max_pixels = max_pixels
+        self._pool = ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="face")
+
+    @classmethod
+    def from_registry(cls, registry: ModelRegistry, settings: Settings) -> FaceEngine:
+        return cls(
+            FaceDetector.from_registry(registry),
+            {m: MiniFASNet.from_registry(registry, m) for m in (V2, V1SE)},
+            Validation.from_settings(settings),
+            max_pixels=settings.face_max_image_pixels,
+        )
+
+    # ------------------------------------------------------------------ validation
+
+    def validate(self, image: DecodedImage, domain: Domain = Domain.GENERAL) -> _Checked | ImageResult:
+        """The face to judge, or the first rejection in the order of :class:`ErrorCode`."""
+        v = self.validation.for_domain(domain)
+        img = image.bgr
+        h, w = img.shape[:2]
+        faces = self.detector.detect(img)
+        if not faces:
+            return ImageResult.rejected(ErrorCode.FACE_NOT_FOUND, "No face was found in the image", image)
+        face = faces[0]  # largest first
+        others = [f for f in faces[1:] if f.height >= v.secondary_face_relative * face.height]
+        if others:
+            return ImageResult.rejected(
+                ErrorCode.TOO_MANY_FACES,
+                f"{1 + len(others)} faces were found; the image must show one person",
+                image,
+            )
+        ipd = face.interpupillary_distance
+        if (
+            face.height < v.min_face_px
+            or face.height < v.min_face_relative * h
+            or ipd < v.min_interpupillary_px
+        ):
+            return ImageResult.rejected(
+                ErrorCode.FACE_TOO_SMALL,
+                f"The face is too small: {face.height:.0f} px high ({face.height / h:.0%} of the image), "
+                f"{ipd:.0f} px between the eyes; at least {v.min_face_px:.0f} px, "
+                f"{v.min_face_relative:.0%} and {v.min_interpupillary_px:.0f} px are needed",
+                image,
+            )
+        x1, y1, x2, y2 = face_extent(face)
+        fw, fh = max(x2 - x1, 1.0), max(y2 - y1, 1.0)
+        out_x = (max(0.0, -x1) + max(0.0, x2 - w)) / fw
+        out_y = (max(0.0, -y1) + max(0.0, y2 - h)) / fh
+        if max(out_x, out_y) > v.cropped_fraction:
+            return ImageResult.rejected(
+                ErrorCode.FACE_CROPPED, "The face is cut off by the edge of the image", image
+            )
+        margin = min(x1 / fw, (w - x2) / fw, y1 / fh, (h - y2) / fh)
+        if margin < v.border_margin:
+            return ImageResult.rejected(
+                ErrorCode.FACE_CLOSE_TO_BORDER,
+                "The face is too close to the edge of the image; centre it with some space around it",
+                image,
+            )
+        if abs(face.yaw) > v.max_yaw or abs(face.pitch) > v.max_pitch or abs(face.roll) > v.max_roll:
+            return ImageResult.rejected(
+                ErrorCode.FACE_ANGLE_TOO_LARGE,
+                f"The head is turned too far (yaw {face.yaw:.0f}, pitch {face.pitch:.0f}, "
+                f"roll {face.roll:.0f} degrees; at most {v.max_yaw:.0f}, {v.max_pitch:.0f}, "
+                f"{v.max_roll:.0f})",
+                image,
+            )
+        occ = occlusion(img, face.box, face.landmarks, threshold=v.occlusion_threshold)
+        if occ.occluded:
+            worst = max(occ.regions, key=lambda k: occ.regions[k]) if occ.regions else "face"
+            return ImageResult.rejected(
+                ErrorCode.FACE_IS_OCCLUDED, f"The face is covered (most at: {worst.replace('_', ' ')})", image
+            )
+        if min(w, h) < v.min_image_side:
+            return ImageResult.rejected(
+                ErrorCode.IMAGE_TOO_SMALL,
+                f"The image is {w}x{h}; its shorter side must be at least {v.min_image_side} px",
+                image,
+            )
+        q = quality_factors(
+            img,
+            face.box,
+            face.landmarks,
+            face.yaw,
+            face.pitch,
+            face.roll,
+            occ.score,
+            min_interpupillary_px=v.min_interpupillary_px,
+        )
+        details = {
+            "face_score": face.score,
+            "yaw": face.yaw,
+            "pitch": face.pitch,
+            "roll": face.roll,
+            "occlusion": occ.score,
+            "quality_size": q.size,
+            "quality_sharpness": q.sharpness,
+            "quality_exposure": q.exposure,
+            "quality_pose": q.pose,
+            "quality_occlusion": q.occlusion,
+        }
+        return _Checked(image, face, float(q.overall), details)
+
+    # ------------------------------------------------------------------ liveness
+
+    def raw_scores(self, checked: Sequence[_Checked], pipeline: str) -> np.ndarray:
+        """Raw live log-odds of each checked image under ``pipeline``: the logit of the mean live
+        probability of the pipeline's models (one batched run per model)."""
+        if not checked:
+            return np.zeros(0)
+        p_live = np.zeros(len(checked))
+        for model_id in PIPELINE_MODELS[pipeline]:
+            model = self.models[model_id]
+            crops = np.stack([model.crop(c.image.bgr, face_xywh(c.face)) for c in checked])
+            logits = model.logits(crops)
+            z = logits - logits.max(axis=1, keepdims=True)
+            p = np.exp(z) / np.exp(z).sum(axis=1, keepdims=True)
+            p_live += p[:, 1]
+        return _logit(p_live / len(PIPELINE_MODELS[pipeline]))
+
+    def _prepare(self, data: bytes, domain: Domain) -> _Checked | ImageResult:
+        try:
+            image = decode_image(data, self.max_pixels)
+        except ImageError as exc:
+            return ImageResult.rejected(ErrorCode.FAILED_TO_READ_IMAGE, exc.message)
+        return self.validate(image, domain)
+
+    def check_images(
+        self,
+        images: Sequence[bytes],
+        pipeline: str = DEFAULT_PIPELINE,
+        calibration: Calibration = Calibration.REGULAR,
+        domain: Domain = Domain.GENERAL,
+    ) -> list[ImageResult]:
+        """One result per image (a batch). Decoding, detection and validation run on the pool; the
+        models then run once per model on all valid images together."""
+        t0 = time.perf_counter()
+        prepared = list(self._pool.map(lambda d: self._prepare(d, domain), images))
+        checked = [p for p in prepared if isinstance(p, _Checked)]
+        raw = self.raw_scores(checked, pipeline)
+        offset = CALIBRATION_OFFSETS[calibration]
+        it = iter(raw)
+        out: list[ImageResult] = []
+        for p in prepared:
+            if isinstance(p, _Checked):
+                s = float(next(it))
+                out.append(
+                    ImageResult(
+                        score=s,
+                        probability=sigmoid(s + offset),
+                        quality=p.quality,
+                        width=p.image.width,
+                        height=p.image.height,
+                        details=p.details,
+                    )
+                )
+            else:
+                out.append(p)
+        per_image = 1000.0 * (time.perf_counter() - t0) / max(1, len(images))
+        for r in out:
+            r.latency_ms = per_image
+        return out
+
+    def check(
+        self,
+        data: bytes,
+        pipeline: str = DEFAULT_PIPELINE,
+        calibration: Calibration = Calibration.REGULAR,
+        domain: Domain = Domain.GENERAL,
+    ) -> ImageResult:
+        return self.check_images([data], pipeline, calibration, domain)[0]
+
+    def check_series(
+        self,
+        images: Sequence[bytes],
+        pipeline: str = DEFAULT_PIPELINE,
+        calibration: Calibration = Calibration.REGULAR,
+        domain: Domain = Domain.GENERAL,
+    ) -> ImageResult:
+        """One result for a series of frames of one capture: the mean raw log-odds and the mean
+        quality of the frames that pass validation; frames that fail are skipped. If none passes,
+        the first frame's rejection is the answer."""
+        results = self.check_images(images, pipeline, calibration, domain)
+        good = [r for r in results if r.ok and r.score is not None]
+        if not good:
+            return results[0]
+        score = float(np.mean([r.score for r in good]))
+        first = good[0]
+        return ImageResult(
+            score=score,
+            probability=sigmoid(score + CALIBRATION_OFFSETS[calibration]),
+            quality=float(np.mean([r.quality for r in good if r.quality is not None])),
+            width=first.width,
+            height=first.height,
+            latency_ms=sum(r.latency_ms for r in results),
+            details={"frames": float(len(results)), "frames_used": float(len(good))},
+        )

@@ -1,0 +1,117 @@
+"""Image input of the face services: bytes -> upright BGR uint8, with the header checked first.
+
+Pillow reads only the header (format, size, EXIF orientation) so that a decompression bomb is
+refused before any pixel is allocated; OpenCV then decodes the pixels (its JPEG decoder is the one
+the liveness models were validated with). Greyscale, 16-bit and RGBA/palette images are converted
+to 8-bit BGR (alpha composited on white); the EXIF orientation is honoured.
+"""
+
+from __future__ import annotations
+
+import io
+import warnings
+from dataclasses import dataclass
+
+import cv2
+import numpy as np
+from PIL import Image, UnidentifiedImageError
+
+from verilive.errors import VeriliveError
+
+__all__ = ["DecodedImage", "ImageError", "decode_image"]
+
+# Formats a camera or browser produces; anything else is refused before decoding.
+FORMATS = frozenset({"JPEG", "PNG", "WEBP", "BMP", "TIFF"})
+_EXIF_ORIENTATION = 0x0112
+# What undoes each EXIF orientation (1 = upright): a horizontal mirror first (2, 4, 5, 7), then a rotation.
+_ORIENT: dict[int, tuple[int | None, bool]] = {
+    2: (None, True),
+    3: (cv2.ROTATE_180, False),
+    4: (cv2.ROTATE_180, True),
+    5: (cv2.ROTATE_90_COUNTERCLOCKWISE, True),
+    6: (cv2.ROTATE_90_CLOCKWISE, False),
+    7: (cv2.ROTATE_90_CLOCKWISE, True),
+    8: (cv2.ROTATE_90_COUNTERCLOCKWISE, False),
+}
+
+
+class ImageError(VeriliveError):
+    """The image cannot be read. The face services answer it as FAILED_TO_READ_IMAGE."""
+
+    status = 400
+    code = "FAILED_TO_READ_IMAGE"
+
+
+@dataclass(frozen=True)
+class DecodedImage:
+    bgr: np.ndarray  # (H, W, 3) uint8, upright
+    format: str
+    width: int  # after the EXIF rotation
+    height: int
+
+
+def decode_image(data: bytes, max_pixels: int = 40_000_000) -> DecodedImage:
+    """Decode ``data``; raise :class:`ImageError` with a clear message when it cannot be used."""
+    if not data:
+        raise ImageError("The image is empty (0 bytes)")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # Pillow warns about large images; we check ourselves
+            with Image.open(io.BytesIO(data)) as im:
+                fmt = str(im.format)
+                width, height = im.size
+                orientation = int(im.getexif().get(_EXIF_ORIENTATION, 1) or 1) if fmt == "JPEG" else 1
+    except (UnidentifiedImageError, OSError, ValueError, SyntaxError) as exc:
+        raise ImageError(
+            "The data is not an image in a supported format (JPEG, PNG, WebP, BMP, TIFF)"
+        ) from exc
+    except Image.DecompressionBombError as exc:
+        raise ImageError(f"The image is too large to decode (more than {max_pixels} pixels)") from exc
+    if fmt not in FORMATS:
+        raise ImageError(f"Unsupported image format {fmt}; use JPEG, PNG, WebP, BMP or TIFF")
+    if width * height > max_pixels:
+        raise ImageError(f"The image is {width}x{height} pixels; at most {max_pixels} pixels are accepted")
+    if fmt == "JPEG" and not data.rstrip(b"\0").endswith(b"\xff\xd9"):
+        # OpenCV would decode the part that arrived and grey-fill the rest.
+        raise ImageError("The JPEG image is truncated (no end-of-image marker)")
+    flags = cv2.IMREAD_UNCHANGED | cv2.IMREAD_IGNORE_ORIENTATION
+    raw = cv2.imdecode(np.frombuffer(data, np.uint8), flags)
+    if raw is None or raw.size == 0:
+        raise ImageError("The image could not be decoded: the file is truncated or corrupt")
+    bgr = _to_bgr8(raw)
+    bgr = _upright(bgr, orientation)
+    h, w = bgr.shape[:2]
+    return DecodedImage(bgr=np.ascontiguousarray(bgr), format=fmt, width=w, height=h)
+
+
+def _to_bgr8(raw: np.ndarray) -> np.ndarray:
+    img = raw
+    if img.dtype != np.uint8:
+        if img.dtype == np.uint16:
+            img = (img >> 8).astype(np.uint8)
+        elif np.issubdtype(img.dtype, np.floating):
+            img = np.clip(np.nan_to_num(img) * 255.0, 0, 255).astype(np.uint8)
+        else:
+            raise ImageError(f"Unsupported pixel type {img.dtype}")
+    if img.ndim == 2:
+        return cv2.cvtColor(img, cv2.COLOR_GRAY2BGR)
+    channels = img.shape[2]
+    if channels == 1:
+        return cv2.cvtColor(img, cv2.COLOR_GRAY2BGR)
+    if channels == 3:
+        return img
+    if channels == 4:
+        # Composite on white: a transparent background is not a face, and black would look like one edge.
+        alpha = img[:, :, 3:4].astype(np.float32) / 255.0
+        out = img[:, :, :3].astype(np.float32) * alpha + 255.0 * (1.0 - alpha)
+        return np.clip(out + 0.5, 0, 255).astype(np.uint8)
+    raise ImageError(f"Unsupported number of channels: {channels}")
+
+
+def _upright(img: np.ndarray, orientation: int) -> np.ndarray:
+    rotate, mirror = _ORIENT.get(orientation, (None, False))
+    if mirror:
+        img = cv2.flip(img, 1)
+    if rotate is not None:
+        img = cv2.rotate(img, rotate)
+    return img
