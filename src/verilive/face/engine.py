@@ -216,6 +216,9 @@ class FaceEngine:
             max_pixels=settings.face_max_image_pixels,
         )
 
+    def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
     # ------------------------------------------------------------------ validation
 
     def validate(self, image: DecodedImage, domain: Domain = Domain.GENERAL) -> _Checked | ImageResult:

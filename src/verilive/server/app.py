@@ -128,6 +128,7 @@ def create_service_app(
         for mid in models.missing(list(definition.required_models)):
             log.error("model %s is not installed; run: verilive models pull %s", mid, mid)
         yield
+        ctx.close()
 
     app = FastAPI(
         title=definition.title,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -15,6 +16,7 @@ from verilive.models.sessions import ModelRegistry
 from verilive.server.metrics import ServiceMetrics, license_expiry_instant
 
 T = TypeVar("T")
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -50,6 +52,19 @@ class ServiceContext:
                     eng = factory()
                     self._engines[name] = eng
         return eng  # type: ignore[no-any-return]
+
+
+    def close(self) -> None:
+        """Release what the engines hold (database connections, thread pools) at shutdown."""
+        with self._lock:
+            engines, self._engines = list(self._engines.values()), {}
+        for eng in engines:
+            close = getattr(eng, "close", None)
+            if callable(close):
+                try:
+                    close()
+                except Exception:  # shutdown goes on; one engine must not block the others
+                    log.exception("closing %r failed", eng)
 
 
 def get_context(request: Request) -> ServiceContext:
