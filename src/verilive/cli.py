@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import os
 from enum import StrEnum
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -92,6 +94,36 @@ def serve(
     except RuntimeError as exc:
         err.print(f"[red]{exc}[/red]")
         raise typer.Exit(1) from exc
+
+
+keys_app = typer.Typer(help="Capture bundle key pairs (docs/bundle-format.md).", no_args_is_help=True)
+app.add_typer(keys_app, name="keys")
+
+
+@keys_app.command("generate")
+def keys_generate(
+    out: Annotated[
+        Path | None,
+        typer.Option(help="Private key PEM to write (default ./capture-key-<key id>.pem); never overwrites."),
+    ] = None,
+) -> None:
+    """Make a P-256 key pair: write the private key (mode 0600), print key id and public key."""
+    from verilive.capture.bundle import generate_key
+
+    key_id, pem, public_b64 = generate_key()
+    path = out if out is not None else Path(f"capture-key-{key_id}.pem")
+    try:
+        # O_EXCL: never clobber a key that may still be in use; 0o600 from creation, no umask race.
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    except OSError as exc:
+        err.print(f"[red]Cannot create {path}: {exc.strerror}[/red]")
+        raise typer.Exit(1) from exc
+    with os.fdopen(fd, "wb") as f:
+        f.write(pem)
+    os.chmod(path, 0o600)  # exactly 0600 whatever the umask took away
+    typer.echo(f"private key: {path}")
+    typer.echo(f"key id: {key_id}")
+    typer.echo(f"public key: {public_b64}")
 
 
 _mount_models()

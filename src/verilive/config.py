@@ -105,6 +105,25 @@ class Settings(BaseSettings):
     capture_api_version: Literal["2.0.0", "2.1.0"] = Field(
         "2.1.0", description="Capture liveness interface version to answer as (2.0.0 for old clients)."
     )
+    capture_private_keys: list[str] = Field(
+        default_factory=list,
+        description="Bundle private keys, JSON list: PEM paths or '<key id>=<path>' (docs/bundle-format.md).",
+    )
+    capture_replay_url: str = Field(
+        default_factory=lambda: (
+            "sqlite:///" + str(Path(platformdirs.user_data_dir("verilive")) / "capture-replay.sqlite3")
+        ),
+        description="Replay store of nonces and image hashes: sqlite:///path or redis://host:port/db.",
+    )
+    capture_timestamp_window_s: float = Field(
+        300.0, gt=0, description="SUSPICIOUS_ACTIVITY when the capture time is further from now, seconds."
+    )
+    capture_face_liveness: bool = Field(
+        True, description="Check face liveness of the bundle image and return face_liveness."
+    )
+    capture_min_height: int = Field(
+        480, ge=1, description="IMAGE_TOO_SMALL when the image's shorter side is below this (480p), pixels."
+    )
 
     # --- face service: image input and validation (docs/face.md) ---
     face_max_image_pixels: int = Field(
