@@ -124,6 +124,16 @@ class Settings(BaseSettings):
     capture_min_height: int = Field(
         480, ge=1, description="IMAGE_TOO_SMALL when the image's shorter side is below this (480p), pixels."
     )
+    capture_burst_limit: int = Field(
+        10, ge=1, description="SUSPICIOUS_ACTIVITY above this many captures of one device per minute."
+    )
+    capture_image_hash_ttl_s: float = Field(
+        30 * 86400.0, gt=0, description="How long image hashes are kept to catch a reused image, seconds."
+    )
+    capture_sdk_extra_digests: list[str] = Field(
+        default_factory=list,
+        description="More trusted capture SDK digests (JSON list): '<sha256 hex>' or '<hex>@<version>'.",
+    )
 
     # --- face service: image input and validation (docs/face.md) ---
     face_max_image_pixels: int = Field(
