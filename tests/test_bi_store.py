@@ -62,6 +62,7 @@ RECORD_KEYS = {
     "image_width",
     "image_height",
     "latency_ms",
+    "rejection",
 }
 
 
@@ -283,6 +284,7 @@ def test_records_round_trip(store: BiStore) -> None:
             "image_width": 1280,
             "image_height": 720,
             "latency_ms": 41.25,
+            "rejection": None,
         },
         {
             "time": "2026-03-01T08:00:00.000Z",
@@ -297,6 +299,7 @@ def test_records_round_trip(store: BiStore) -> None:
             "image_width": 640,
             "image_height": 480,
             "latency_ms": 12.5,
+            "rejection": None,
         },
     ]
     assert store.failed_writes == 0

@@ -42,8 +42,10 @@ from sqlalchemy import (
     event,
     func,
     insert,
+    inspect,
     null,
     select,
+    text,
 )
 from sqlalchemy.engine import URL, Engine, make_url
 from sqlalchemy.pool import StaticPool
@@ -104,6 +106,8 @@ bi_records = Table(
     Column("image_width", Integer),
     Column("image_height", Integer),
     Column("latency_ms", Float, nullable=False),
+    # Capture service: the rejection reasons, comma-joined (null elsewhere and when none).
+    Column("rejection", String(255)),
     # Every query (records, report, purge) selects a time range.
     Index("ix_bi_records_time", "time"),
 )
@@ -121,6 +125,7 @@ _RECORD_COLUMNS = (
     "image_width",
     "image_height",
     "latency_ms",
+    "rejection",
 )
 
 
@@ -140,6 +145,7 @@ class BiRecord:
     image_width: int | None
     image_height: int | None
     latency_ms: float
+    rejection: str | None = None
 
     def __post_init__(self) -> None:
         if self.time.tzinfo is None or self.time.utcoffset() is None:
@@ -227,6 +233,7 @@ def _row(record: BiRecord) -> dict[str, Any]:
         "image_width": record.image_width,
         "image_height": record.image_height,
         "latency_ms": _finite(record.latency_ms) or 0.0,
+        "rejection": None if record.rejection is None else record.rejection[:255],
     }
 
 
@@ -331,6 +338,9 @@ class BiStore:
             conn.execute(CreateTable(bi_records, if_not_exists=True))
             for index in sorted(bi_records.indexes, key=lambda i: str(i.name)):
                 conn.execute(CreateIndex(index, if_not_exists=True))
+            # Tables made before the capture service's column get it added (a one-way migration).
+            if "rejection" not in {c["name"] for c in inspect(conn).get_columns("bi_records")}:
+                conn.execute(text("ALTER TABLE bi_records ADD COLUMN rejection VARCHAR(255)"))
 
     def add(self, record: BiRecord) -> None:
         """Store one record. Never raises: a failure is logged and counted in `failed_writes`."""
