@@ -1,0 +1,197 @@
+"""Replay store of the capture service on SQLite and on a real Redis (docs/capture.md#replay-store).
+
+Redis comes from Debian (`redis-server`); the fixture installs it when missing and running as root,
+then starts a throw-away server on 127.0.0.1 on a free port. Expiry is checked without sleeping:
+SQLite takes the time as a parameter, Redis is asked for the key's remaining time to live.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from verilive.capture.replay import (
+    RedisReplayStore,
+    ReplayStore,
+    SqliteReplayStore,
+    open_replay_store,
+    sqlite_path,
+)
+
+T0 = 1_800_000_000.0
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _redis_server_binary() -> str:
+    path = shutil.which("redis-server")
+    if path is None and os.geteuid() == 0:
+        subprocess.run(["apt-get", "update", "-qq"], check=True, capture_output=True)
+        subprocess.run(["apt-get", "install", "-y", "-qq", "redis-server"], check=True, capture_output=True)
+        path = shutil.which("redis-server")
+    if path is None:
+        pytest.fail("redis-server is not installed (apt-get install redis-server) and cannot be installed")
+    return path
+
+
+@pytest.fixture(scope="module")
+def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    pytest.importorskip("redis", reason="the redis extra: pip install 'verilive[redis]'")
+    import redis
+
+    port = _free_port()
+    workdir = tmp_path_factory.mktemp("redis")
+    proc = subprocess.Popen(
+        [
+            _redis_server_binary(),
+            "--bind",
+            "127.0.0.1",
+            "--port",
+            str(port),
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            str(workdir),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    url = f"redis://127.0.0.1:{port}/0"
+    client = redis.Redis.from_url(url)
+    try:
+        for _ in range(500):  # readiness poll, not a timing assumption: up to 10 s
+            try:
+                if client.ping():
+                    break
+            except redis.exceptions.ConnectionError:
+                if proc.poll() is not None:
+                    pytest.fail("redis-server exited at start")
+                threading.Event().wait(0.02)
+        else:
+            pytest.fail("redis-server did not answer")
+        yield url
+    finally:
+        client.close()
+        proc.terminate()
+        proc.wait(timeout=10)
+
+
+@pytest.fixture(params=["sqlite", "redis"])
+def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ReplayStore]:
+    if request.param == "sqlite":
+        s: ReplayStore = SqliteReplayStore(tmp_path / "replay.sqlite3")
+    else:
+        url = request.getfixturevalue("redis_url")
+        # A fresh prefix per test: the server is shared by the module.
+        s = RedisReplayStore(url, prefix=f"test:{request.node.name}:")
+    yield s
+    s.close()
+
+
+def test_remember_reports_the_second_sighting(store: ReplayStore) -> None:
+    assert store.remember("nonce", "abc", 600, now=T0) is False
+    assert store.remember("nonce", "abc", 600, now=T0 + 1) is True
+    assert store.remember("nonce", "abc", 600, now=T0 + 2) is True
+    # Namespaces and keys are independent.
+    assert store.remember("image", "abc", 600, now=T0) is False
+    assert store.remember("nonce", "abd", 600, now=T0) is False
+
+
+def test_count_is_a_sliding_window(store: ReplayStore) -> None:
+    assert [store.count("device", "d1", 60, now=T0 + i) for i in range(4)] == [1, 2, 3, 4]
+    assert store.count("device", "d2", 60, now=T0 + 3) == 1
+    # 61 s after the first event, the first two have left the window (T0 and T0 + 1 are <= now - 60).
+    assert store.count("device", "d1", 60, now=T0 + 61) == 3
+
+
+def test_concurrent_remember_has_one_winner(store: ReplayStore) -> None:
+    results: list[bool] = []
+    lock = threading.Lock()
+
+    def worker() -> None:
+        seen = store.remember("nonce", "race", 600, now=T0)
+        with lock:
+            results.append(seen)
+
+    threads = [threading.Thread(target=worker) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert sorted(results) == [False] + [True] * 7
+
+
+def test_sqlite_expiry_and_purge(tmp_path: Path) -> None:
+    s = SqliteReplayStore(tmp_path / "r.sqlite3")
+    assert s.remember("nonce", "n1", 10, now=T0) is False
+    assert s.remember("nonce", "n1", 10, now=T0 + 9) is True
+    # Expired: a new sighting, remembered again from now on.
+    assert s.remember("nonce", "n1", 10, now=T0 + 11) is False
+    assert s.remember("nonce", "n1", 10, now=T0 + 12) is True
+    # A replay does not extend the memory: the key expires 10 s after its first sighting at T0 + 11.
+    assert s.remember("nonce", "n1", 10, now=T0 + 21.5) is False
+    s.count("device", "d", 60, now=T0)
+    assert s.purge(now=T0 + 10_000) == 2  # the nonce and the event
+    s.close()
+
+
+def test_sqlite_file_is_shared_by_two_stores(tmp_path: Path) -> None:
+    path = tmp_path / "shared.sqlite3"
+    a, b = SqliteReplayStore(path), SqliteReplayStore(path)
+    assert a.remember("nonce", "x", 600, now=T0) is False
+    assert b.remember("nonce", "x", 600, now=T0) is True
+    assert a.count("device", "d", 60, now=T0) == 1
+    assert b.count("device", "d", 60, now=T0) == 2
+    a.close()
+    b.close()
+
+
+def test_redis_sets_expiry_and_is_shared(redis_url: str) -> None:
+    import redis
+
+    a = RedisReplayStore(redis_url, prefix="test:shared:")
+    b = RedisReplayStore(redis_url, prefix="test:shared:")
+    assert a.remember("nonce", "k", 600) is False
+    assert b.remember("nonce", "k", 600) is True
+    client = redis.Redis.from_url(redis_url)
+    ttl_ms = client.pttl("test:shared:nonce:k")
+    assert 0 < ttl_ms <= 600_000
+    a.count("device", "d", 60, now=T0)
+    assert 0 < client.pttl("test:shared:device:d") <= 60_000
+    client.close()
+    a.close()
+    b.close()
+
+
+def test_open_replay_store_by_url(tmp_path: Path, redis_url: str) -> None:
+    s = open_replay_store(f"sqlite:///{tmp_path}/a.sqlite3")
+    assert isinstance(s, SqliteReplayStore) and s.path == f"{tmp_path}/a.sqlite3"
+    s.close()
+    r = open_replay_store(redis_url)
+    assert isinstance(r, RedisReplayStore)
+    assert "127.0.0.1" in repr(r)
+    r.close()
+    assert sqlite_path("sqlite://") == ":memory:"
+    assert sqlite_path("sqlite:///rel/x.db") == "rel/x.db"
+    assert sqlite_path("sqlite:////abs/x.db") == "/abs/x.db"
+    assert sqlite_path("/plain/path.db") == "/plain/path.db"
+
+
+def test_redis_password_is_not_shown(redis_url: str) -> None:
+    port = redis_url.rsplit(":", 1)[1]
+    r = RedisReplayStore(f"redis://user:secret@127.0.0.1:{port}")
+    assert "secret" not in repr(r)
+    r.close()
