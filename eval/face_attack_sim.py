@@ -1,0 +1,327 @@
+"""Simulated presentation attacks made from a bona fide face photo (numpy and OpenCV only).
+
+These are *simulations*: a photo of a printed photo or of a screen is approximated by image
+operations on the original, with seeded randomness so every run builds the same suite. They model
+the cues a real recapture leaves (dot pattern, paper, perspective, gamut; pixel grid, bezel,
+glare, colour cast, defocus), not the full physics of a print or a display.
+
+* :func:`print_attack` -- a printed photo held in front of the camera: gamut compression and
+  desaturation (ink on paper cannot reach screen colours), halftone dots or error diffusion, paper
+  texture, a white paper margin, a perspective warp, a background and a hand holding the sheet.
+* :func:`replay_attack` -- the photo shown on a phone or monitor and filmed: RGB sub-pixel grid
+  resampled by the camera (moiré), a white-balance / colour cast and raised black level, a black
+  screen border and device frame, a specular glare blob, recapture blur and JPEG.
+* :func:`camera_augment` -- mild changes a real camera makes to a bona fide photo (JPEG quality,
+  brightness, slight blur, a 640-pixel frame), for the bona fide side.
+
+Every function takes a BGR uint8 image and a :class:`numpy.random.Generator` and returns a BGR
+uint8 image plus a short description of the random choices made.
+"""
+
+from __future__ import annotations
+
+import cv2
+import numpy as np
+
+__all__ = [
+    "FRAME_LONG",
+    "FRAME_SHORT",
+    "camera_augment",
+    "jpeg",
+    "print_attack",
+    "replay_attack",
+]
+
+# The camera frame every attack ends in: 640x480, in the orientation of the source photo.
+FRAME_LONG, FRAME_SHORT = 640, 480
+
+
+def jpeg(img: np.ndarray, quality: int) -> np.ndarray:
+    """Round trip through JPEG at ``quality``."""
+    ok, buf = cv2.imencode(".jpg", img, [cv2.IMWRITE_JPEG_QUALITY, int(quality)])
+    if not ok:
+        raise ValueError("JPEG encoding failed")
+    out = cv2.imdecode(buf, cv2.IMREAD_COLOR)
+    assert out is not None
+    return out
+
+
+def _frame_size(img: np.ndarray) -> tuple[int, int]:
+    """(width, height) of the camera frame, portrait when the source is portrait."""
+    h, w = img.shape[:2]
+    return (FRAME_SHORT, FRAME_LONG) if h > w else (FRAME_LONG, FRAME_SHORT)
+
+
+def _fit(img: np.ndarray, long_side: int) -> np.ndarray:
+    h, w = img.shape[:2]
+    s = long_side / max(h, w)
+    interp = cv2.INTER_AREA if s < 1 else cv2.INTER_CUBIC
+    return cv2.resize(img, (max(1, round(w * s)), max(1, round(h * s))), interpolation=interp)
+
+
+def _smooth_noise(rng: np.random.Generator, h: int, w: int, cells: int) -> np.ndarray:
+    """Low-frequency noise in [-1, 1]: a coarse random grid upsampled smoothly."""
+    g = rng.uniform(-1, 1, (max(2, cells * h // max(h, w)), max(2, cells * w // max(h, w)))).astype(
+        np.float32
+    )
+    return cv2.resize(g, (w, h), interpolation=cv2.INTER_CUBIC).clip(-1, 1)
+
+
+def _background(rng: np.random.Generator, h: int, w: int) -> np.ndarray:
+    """A plain indoor-ish background: a random colour with a gradient and smooth blotches."""
+    base = rng.uniform(40, 200, 3).astype(np.float32)
+    yy, xx = np.mgrid[0:h, 0:w].astype(np.float32)
+    angle = rng.uniform(0, 2 * np.pi)
+    grad = ((xx / w - 0.5) * np.cos(angle) + (yy / h - 0.5) * np.sin(angle))[..., None]
+    blotch = _smooth_noise(rng, h, w, 6)[..., None]
+    bg = base + 60 * grad + 25 * blotch + rng.normal(0, 3, (h, w, 3)).astype(np.float32)
+    return bg.clip(0, 255)
+
+
+def _camera_finish(
+    rng: np.random.Generator, img: np.ndarray, blur: float, noise: float, quality: int
+) -> np.ndarray:
+    """Defocus, sensor noise and JPEG: the second camera that films the attack."""
+    f = img.astype(np.float32)
+    if blur > 0:
+        f = cv2.GaussianBlur(f, (0, 0), blur)
+    f += rng.normal(0, noise, f.shape).astype(np.float32)
+    return jpeg(f.clip(0, 255).astype(np.uint8), quality)
+
+
+def _warp_into(
+    content: np.ndarray,
+    frame: np.ndarray,
+    rng: np.random.Generator,
+    cover: float,
+    tilt: float,
+    mask_value: float = 1.0,
+    interpolation: int = cv2.INTER_LINEAR,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Warp ``content`` onto ``frame`` (float32) as a plane seen in perspective.
+
+    The plane covers about ``cover`` of the frame's size (aspect kept), centred with a small random
+    shift; ``tilt`` is the largest corner displacement as a fraction of the plane size. Returns the
+    composite and the warped coverage mask (H, W, 1).
+    """
+    fh, fw = frame.shape[:2]
+    ch, cw = content.shape[:2]
+    s = cover * min(fw / cw, fh / ch)
+    pw, ph = cw * s, ch * s
+    cx = fw / 2 + rng.uniform(-0.04, 0.04) * fw
+    cy = fh / 2 + rng.uniform(-0.04, 0.04) * fh
+    dst = np.array(
+        [
+            [cx - pw / 2, cy - ph / 2],
+            [cx + pw / 2, cy - ph / 2],
+            [cx + pw / 2, cy + ph / 2],
+            [cx - pw / 2, cy + ph / 2],
+        ],
+        np.float32,
+    )
+    dst += rng.uniform(-tilt, tilt, (4, 2)).astype(np.float32) * np.array([pw, ph], np.float32)
+    src = np.array([[0, 0], [cw, 0], [cw, ch], [0, ch]], np.float32)
+    m = cv2.getPerspectiveTransform(src, dst)
+    warped = cv2.warpPerspective(content.astype(np.float32), m, (fw, fh), flags=interpolation)
+    mask = cv2.warpPerspective(
+        np.full((ch, cw), mask_value, np.float32), m, (fw, fh), flags=cv2.INTER_LINEAR
+    )[..., None]
+    return frame * (1 - mask) + warped * mask, mask
+
+
+# ------------------------------------------------------------------ print
+
+
+def _gamut(img: np.ndarray, saturation: float, black: float, white: float) -> np.ndarray:
+    """Ink on paper: less chroma, black ink is not black, paper white is not white."""
+    f = img.astype(np.float32)
+    grey = f.mean(axis=2, keepdims=True)
+    f = grey + saturation * (f - grey)
+    return black + f * (white - black) / 255.0
+
+
+def _halftone(img: np.ndarray, rng: np.random.Generator, period: float) -> np.ndarray:
+    """Clustered-dot halftone: one rotated cosine screen per channel (as CMY screens are rotated)."""
+    h, w = img.shape[:2]
+    yy, xx = np.mgrid[0:h, 0:w].astype(np.float32)
+    out = np.empty_like(img, dtype=np.float32)
+    base = rng.uniform(0, 90)
+    for c, extra in enumerate((15.0, 75.0, 0.0)):
+        a = np.deg2rad(base + extra)
+        u = xx * np.cos(a) + yy * np.sin(a)
+        v = -xx * np.sin(a) + yy * np.cos(a)
+        screen = 0.5 + 0.5 * np.cos(2 * np.pi * u / period) * np.cos(2 * np.pi * v / period)
+        out[..., c] = np.where(img[..., c] / 255.0 > screen, 255.0, 0.0)
+    return out
+
+
+def _error_diffusion(img: np.ndarray) -> np.ndarray:
+    """Binary error diffusion, column by column (all rows at once, so it runs in numpy): each
+    pixel's quantisation error goes to the next column, 1/4 up, 1/2 level, 1/4 down."""
+    f = img.astype(np.float32).copy()
+    w = f.shape[1]
+    out = np.empty_like(f)
+    for x in range(w):
+        col = f[:, x]
+        q = np.where(col >= 127.5, 255.0, 0.0).astype(np.float32)
+        out[:, x] = q
+        if x + 1 < w:
+            err = col - q
+            nxt = f[:, x + 1]
+            nxt += 0.5 * err
+            nxt[1:] += 0.25 * err[:-1]
+            nxt[:-1] += 0.25 * err[1:]
+    return out
+
+
+def _hand(frame: np.ndarray, rng: np.random.Generator, paper_mask: np.ndarray) -> np.ndarray:
+    """A skin-coloured thumb and fingers gripping the sheet at its left or right edge."""
+    h, w = frame.shape[:2]
+    cols = np.flatnonzero(paper_mask[..., 0].max(axis=0) > 0.5)
+    if cols.size == 0:
+        return frame
+    left = bool(rng.integers(2))
+    edge = int(cols[0] if left else cols[-1])
+    skin = np.array([rng.uniform(90, 150), rng.uniform(130, 175), rng.uniform(170, 225)], np.float32)
+    layer = np.zeros((h, w), np.float32)
+    y = int(rng.uniform(0.55, 0.8) * h)
+    tw, th = int(0.09 * w), int(0.06 * h)
+    thumb_x = edge + (tw // 2 if left else -tw // 2)
+    cv2.ellipse(layer, (thumb_x, y), (tw, th), float(rng.uniform(-20, 20)), 0, 360, 1.0, -1)
+    # The palm and other fingers sit outside the sheet.
+    outside = edge - 2 * tw if left else edge + 2 * tw
+    cv2.ellipse(layer, (outside, y + th), (2 * tw, 4 * th), 0, 0, 360, 1.0, -1)
+    layer = cv2.GaussianBlur(layer, (0, 0), 2.0)[..., None]
+    shade = 1.0 + 0.15 * _smooth_noise(rng, h, w, 4)[..., None]
+    return frame * (1 - layer) + (skin * shade) * layer
+
+
+def print_attack(
+    img: np.ndarray, rng: np.random.Generator, method: str = "halftone"
+) -> tuple[np.ndarray, str]:
+    """A printed photo of ``img`` filmed by a camera; ``method`` is "halftone" or "diffusion"."""
+    fw, fh = _frame_size(img)
+    # The print is rendered at about twice the camera's pixel density, so the camera averages
+    # several dots per pixel (what a real lens does to a 150-300 lpi print).
+    paper = _fit(img, int(2.2 * FRAME_LONG))
+    sat = rng.uniform(0.45, 0.8)
+    black, white = rng.uniform(20, 45), rng.uniform(215, 240)
+    inked = _gamut(paper, sat, black, white)
+    if method == "halftone":
+        period = rng.uniform(3.0, 5.0)
+        dots = _halftone(inked, rng, period)
+        detail = f"halftone period {period:.1f}px"
+    elif method == "diffusion":
+        dots = _error_diffusion(inked)
+        detail = "error diffusion"
+    else:
+        raise ValueError(f"unknown print method {method!r}")
+    # Ink dots print with the paper's white and the ink's black, then bleed a little.
+    dots = black + dots * (white - black) / 255.0
+    dots = cv2.GaussianBlur(dots, (0, 0), rng.uniform(0.6, 1.0))
+    ph, pw = dots.shape[:2]
+    texture = 1.0 + 0.03 * _smooth_noise(rng, ph, pw, 40)[..., None] + rng.normal(0, 0.015, (ph, pw, 1))
+    dots = dots * texture.astype(np.float32)
+    margin = rng.uniform(0.04, 0.08)
+    mh, mw = int(margin * ph), int(margin * pw)
+    sheet = cv2.copyMakeBorder(dots, mh, mh, mw, mw, cv2.BORDER_CONSTANT, value=(white,) * 3)
+    frame = _background(rng, fh, fw)
+    cover = rng.uniform(0.88, 1.0)
+    tilt = rng.uniform(0.02, 0.07)
+    frame, mask = _warp_into(sheet, frame, rng, cover, tilt, interpolation=cv2.INTER_AREA)
+    frame = _hand(frame, rng, mask)
+    # Room light falls unevenly on the sheet.
+    light = 1.0 + rng.uniform(0.05, 0.2) * _smooth_noise(rng, fh, fw, 3)[..., None]
+    frame = frame * light
+    blur, q = rng.uniform(0.3, 1.0), int(rng.integers(80, 93))
+    out = _camera_finish(rng, frame, blur, rng.uniform(1.5, 3.5), q)
+    return out, f"{detail}, saturation {sat:.2f}, cover {cover:.2f}, tilt {tilt:.2f}, jpeg {q}"
+
+
+# ------------------------------------------------------------------ replay
+
+
+def _pixel_grid(img: np.ndarray, k: int, gap: float) -> np.ndarray:
+    """Each source pixel becomes k x k sensor-visible sub-pixels: R, G, B vertical stripes and a
+    dark line between pixels (what a macro photo of an LCD shows)."""
+    big = np.repeat(np.repeat(img.astype(np.float32), k, axis=0), k, axis=1)
+    h, w = big.shape[:2]
+    stripe = (np.arange(w) % k) * 3 // k  # 0, 1, 2 = which sub-pixel column
+    mask = np.zeros((h, w, 3), np.float32)
+    for c_bgr, sub in ((2, 0), (1, 1), (0, 2)):  # R stripe first, then G, then B
+        mask[:, stripe == sub, c_bgr] = 3.0
+    dark = np.ones((h, w, 1), np.float32)
+    dark[np.arange(h) % k == k - 1] *= 1 - gap
+    dark[:, np.arange(w) % k == k - 1] *= 1 - gap
+    # The camera's exposure makes up for the light lost in the gaps.
+    return big * mask * (dark / dark.mean())
+
+
+def replay_attack(img: np.ndarray, rng: np.random.Generator, framed: bool = True) -> tuple[np.ndarray, str]:
+    """``img`` shown on a screen and filmed. ``framed``: the screen's black border and the device
+    frame are in view; otherwise the screen fills the camera frame (a close-up)."""
+    fw, fh = _frame_size(img)
+    # The displayed picture, at the screen's own resolution.
+    screen_long = int(rng.uniform(0.45, 0.7) * FRAME_LONG)
+    shown = _fit(img, screen_long).astype(np.float32)
+    # White balance towards blue, raised black level, a different gamma.
+    cast = np.array([rng.uniform(1.05, 1.2), rng.uniform(0.97, 1.05), rng.uniform(0.8, 0.93)], np.float32)
+    gamma = rng.uniform(0.85, 1.15)
+    black = rng.uniform(8, 25)
+    shown = black + (255 - black) * (shown / 255.0) ** gamma * cast
+    k = int(rng.integers(3, 5))
+    gap = rng.uniform(0.2, 0.45)
+    screen = _pixel_grid(shown.clip(0, 255), k, gap)
+    if framed:
+        # Black glass border around the active area, then the device body.
+        sh, sw = screen.shape[:2]
+        b = int(rng.uniform(0.02, 0.05) * max(sh, sw))
+        screen = cv2.copyMakeBorder(screen, b, b, b, b, cv2.BORDER_CONSTANT, value=(8, 8, 8))
+        body = rng.uniform(20, 70)
+        d = int(rng.uniform(0.015, 0.03) * max(sh, sw))
+        screen = cv2.copyMakeBorder(screen, d, d, d, d, cv2.BORDER_CONSTANT, value=(body,) * 3)
+        cover = rng.uniform(0.88, 0.98)
+    else:
+        cover = rng.uniform(1.02, 1.1)  # the screen edge is outside the camera frame
+    frame = _background(rng, fh, fw)
+    tilt = rng.uniform(0.01, 0.05)
+    # INTER_LINEAR samples the sub-pixel grid without averaging it away: the beat between the
+    # screen's pixel pitch and the camera's is the moiré pattern.
+    frame, _ = _warp_into(screen, frame, rng, cover, tilt, interpolation=cv2.INTER_LINEAR)
+    # Specular glare: a bright soft ellipse from a lamp or window reflected by the glass.
+    yy, xx = np.mgrid[0:fh, 0:fw].astype(np.float32)
+    gx, gy = rng.uniform(0.1, 0.9) * fw, rng.uniform(0.1, 0.9) * fh
+    rx, ry = rng.uniform(0.06, 0.2) * fw, rng.uniform(0.06, 0.2) * fh
+    glare_strength = rng.uniform(0.25, 0.7)
+    glare = np.exp(-(((xx - gx) / rx) ** 2 + ((yy - gy) / ry) ** 2))[..., None]
+    frame = frame + glare_strength * glare * (270 - frame)
+    blur, q = rng.uniform(0.8, 1.8), int(rng.integers(70, 91))
+    out = _camera_finish(rng, frame, blur, rng.uniform(2.0, 4.0), q)
+    desc = (
+        f"{'framed' if framed else 'close-up'}, grid {k}px gap {gap:.2f}, cast B/G/R "
+        f"{cast[0]:.2f}/{cast[1]:.2f}/{cast[2]:.2f}, glare {glare_strength:.2f}, blur {blur:.1f}, jpeg {q}"
+    )
+    return out, desc
+
+
+# ------------------------------------------------------------------ bona fide
+
+
+def camera_augment(img: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, str]:
+    """Mild, camera-like changes to a bona fide photo: a 640-pixel frame (half the time), a
+    brightness change of up to +-12 %, a slight blur (half the time) and JPEG quality 70-95."""
+    out = img
+    parts = []
+    if rng.random() < 0.5:
+        out = _fit(out, FRAME_LONG)
+        parts.append("640px")
+    gain = rng.uniform(0.88, 1.12)
+    f = out.astype(np.float32) * gain
+    parts.append(f"brightness x{gain:.2f}")
+    if rng.random() < 0.5:
+        sigma = rng.uniform(0.5, 1.0)
+        f = cv2.GaussianBlur(f, (0, 0), sigma)
+        parts.append(f"blur {sigma:.1f}")
+    q = int(rng.integers(70, 96))
+    parts.append(f"jpeg {q}")
+    return jpeg(f.clip(0, 255).astype(np.uint8), q), ", ".join(parts)
