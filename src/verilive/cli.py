@@ -46,12 +46,15 @@ def serve(
     face_port: Annotated[int | None, typer.Option(help="Face port with 'all' (default 8080).")] = None,
     voice_port: Annotated[int | None, typer.Option(help="Voice port with 'all' (default 8081).")] = None,
     capture_port: Annotated[int | None, typer.Option(help="Capture port with 'all' (default 8082).")] = None,
+    workers: Annotated[
+        int | None, typer.Option(min=1, max=64, help="Worker processes (default VERILIVE_WORKERS, 1).")
+    ] = None,
 ) -> None:
     """Run one service, or all three in one process on three ports."""
     from verilive.models.sessions import ModelRegistry, install_hint
     from verilive.server.app import DEFINITIONS, SERVICES, create_service_app
     from verilive.server.logs import configure_logging
-    from verilive.server.runner import run_apps
+    from verilive.server.runner import ServerOptions, run_apps, run_workers
 
     settings: Settings = get_settings()
     overrides = {
@@ -61,6 +64,7 @@ def serve(
             "face_port": face_port,
             "voice_port": voice_port,
             "capture_port": capture_port,
+            "workers": workers,
         }.items()
         if v is not None
     }
@@ -83,14 +87,25 @@ def serve(
         err.print(f"Install them with: [bold]{install_hint(missing)}[/bold]")
         raise typer.Exit(2)
 
-    apps = [(create_service_app(n, settings, registry), settings.host, settings.port_of(n)) for n in names]
     for n in names:
         err.print(
             f"verilive {n} on http://{settings.host}:{settings.port_of(n)}"
             "  (Swagger UI: /swagger-ui/index.html)"
+            + (f", {settings.workers} workers" if settings.workers > 1 else "")
         )
+    if settings.workers > 1:
+        # Each worker process builds its own apps and loads its own models (docs/deployment.md).
+        try:
+            code = run_workers(names, settings)
+        except OSError as exc:
+            err.print(f"[red]cannot listen: {exc}[/red]")
+            raise typer.Exit(1) from exc
+        if code:
+            raise typer.Exit(code)
+        return
+    apps = [(create_service_app(n, settings, registry), settings.host, settings.port_of(n)) for n in names]
     try:
-        run_apps(apps, settings.log_level)
+        run_apps(apps, ServerOptions.from_settings(settings))
     except RuntimeError as exc:
         err.print(f"[red]{exc}[/red]")
         raise typer.Exit(1) from exc

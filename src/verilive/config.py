@@ -83,6 +83,22 @@ class Settings(BaseSettings):
         4 * 3600.0, gt=0, description="Longest decoded audio accepted, in seconds."
     )
 
+    # --- production workers (docs/deployment.md) ---
+    workers: int = Field(1, ge=1, le=64, description="Worker processes per service (about one per core).")
+    threadpool_size: int = Field(
+        0, ge=0, description="Threads per worker for inference and other blocking work (0 = anyio's 40)."
+    )
+    graceful_timeout_s: float = Field(
+        30.0, gt=0, description="On SIGTERM, how long in-flight requests may take to finish, seconds."
+    )
+    limit_concurrency: int = Field(
+        0, ge=0, description="Connections per worker before new requests get 503 (0 = no limit)."
+    )
+    backlog: int = Field(2048, ge=1, description="Listen backlog of each service socket.")
+    keep_alive_s: float = Field(
+        75.0, gt=0, description="Idle keep-alive time of client connections; longer than the proxy's."
+    )
+
     # --- licence and identity ---
     license_expiration_date: dt.date = Field(
         dt.date(2099, 12, 31),

@@ -1,14 +1,80 @@
-"""Runs one or several service apps under uvicorn in this process."""
+"""Runs the service apps under uvicorn: in this process, or in several worker processes.
+
+One worker (the default) serves every app of ``verilive serve`` on one event loop in this process.
+With ``workers > 1`` this process binds the listening sockets once, starts that many worker
+processes (spawned, so no onnxruntime state is forked) that each build the apps and serve the
+shared sockets, forwards SIGTERM/SIGINT to them and restarts a worker that a signal killed
+(docs/deployment.md).
+"""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
+import multiprocessing
+import os
 import signal
+import socket
+import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from multiprocessing.connection import wait
+from multiprocessing.process import BaseProcess
+from typing import TYPE_CHECKING
 
+import anyio.to_thread
 import uvicorn
-from fastapi import FastAPI
+
+from verilive.config import Settings
+
+if TYPE_CHECKING:
+    from fastapi import FastAPI
+
+    from verilive.models.sessions import ModelRegistry
+
+log = logging.getLogger("verilive.runner")
+
+# Extra time the supervisor gives workers beyond the graceful timeout (lifespan shutdown, exit).
+_EXIT_MARGIN_S = 10.0
+
+
+@dataclass(frozen=True)
+class ServerOptions:
+    """uvicorn settings of every server a process runs."""
+
+    log_level: str = "info"
+    graceful_timeout_s: float = 30.0
+    limit_concurrency: int = 0  # 0: no limit
+    backlog: int = 2048
+    keep_alive_s: float = 75.0
+    threadpool_size: int = 0  # 0: anyio's default (40)
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> ServerOptions:
+        return cls(
+            log_level=settings.log_level,
+            graceful_timeout_s=settings.graceful_timeout_s,
+            limit_concurrency=settings.limit_concurrency,
+            backlog=settings.backlog,
+            keep_alive_s=settings.keep_alive_s,
+            threadpool_size=settings.threadpool_size,
+        )
+
+    def uvicorn_config(self, app: FastAPI, host: str, port: int) -> uvicorn.Config:
+        return uvicorn.Config(
+            app,
+            host=host,
+            port=port,
+            log_config=None,  # keep our structured logging
+            log_level=self.log_level.lower(),
+            access_log=False,
+            # uvicorn types these as int; round up so a fractional setting never shortens them.
+            timeout_graceful_shutdown=max(1, int(-(-self.graceful_timeout_s // 1))),
+            timeout_keep_alive=max(1, int(-(-self.keep_alive_s // 1))),
+            limit_concurrency=self.limit_concurrency or None,
+            backlog=self.backlog,
+        )
 
 
 class _Server(uvicorn.Server):
@@ -18,21 +84,31 @@ class _Server(uvicorn.Server):
         yield
 
 
-async def serve_apps(apps: list[tuple[FastAPI, str, int]], log_level: str = "info") -> None:
-    servers = [
-        _Server(
-            uvicorn.Config(
-                app,
-                host=host,
-                port=port,
-                log_config=None,  # keep our structured logging
-                log_level=log_level.lower(),
-                access_log=False,
-                timeout_graceful_shutdown=30,
-            )
-        )
-        for app, host, port in apps
-    ]
+def configure_threadpool(size: int) -> None:
+    """Size the thread pool that run_in_threadpool (inference, decoding, database) uses.
+
+    Must run inside the event loop: anyio keeps one default limiter per loop.
+    """
+    if size > 0:
+        anyio.to_thread.current_default_thread_limiter().total_tokens = size
+
+
+async def serve_apps(
+    apps: list[tuple[FastAPI, str, int]],
+    options: ServerOptions | str = "info",
+    sockets: list[socket.socket] | None = None,
+) -> None:
+    """Serve ``apps`` on one loop until SIGTERM/SIGINT; in-flight requests finish first.
+
+    ``sockets`` (one per app, already listening) replaces binding ``host:port``; worker processes
+    use it to share the supervisor's sockets.
+    """
+    if isinstance(options, str):  # the old signature: serve_apps(apps, log_level)
+        options = ServerOptions(log_level=options)
+    if sockets is not None and len(sockets) != len(apps):
+        raise ValueError("give one socket per app")
+    configure_threadpool(options.threadpool_size)
+    servers = [_Server(options.uvicorn_config(app, host, port)) for app, host, port in apps]
     loop = asyncio.get_running_loop()
 
     def stop() -> None:
@@ -42,7 +118,9 @@ async def serve_apps(apps: list[tuple[FastAPI, str, int]], log_level: str = "inf
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, stop)
-    await asyncio.gather(*(s.serve() for s in servers))
+    await asyncio.gather(
+        *(s.serve(sockets=[sockets[i]] if sockets is not None else None) for i, s in enumerate(servers))
+    )
     if not all(s.started for s in servers):
         raise RuntimeError("a service failed to start (is its port already in use?)")
 
@@ -57,6 +135,115 @@ def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
     return uvloop.new_event_loop
 
 
-def run_apps(apps: list[tuple[FastAPI, str, int]], log_level: str = "info") -> None:
+def run_apps(
+    apps: list[tuple[FastAPI, str, int]],
+    options: ServerOptions | str = "info",
+    sockets: list[socket.socket] | None = None,
+) -> None:
     with asyncio.Runner(loop_factory=_loop_factory()) as runner:
-        runner.run(serve_apps(apps, log_level))
+        runner.run(serve_apps(apps, options, sockets))
+
+
+def build_apps(
+    names: list[str], settings: Settings, registry: ModelRegistry | None = None
+) -> list[tuple[FastAPI, str, int]]:
+    from verilive.server.app import create_service_app
+
+    return [(create_service_app(n, settings, registry), settings.host, settings.port_of(n)) for n in names]
+
+
+def bind_socket(host: str, port: int, backlog: int) -> socket.socket:
+    """A listening TCP socket, as uvicorn would bind it (IPv6 when ``host`` has a colon)."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(backlog)
+        sock.set_inheritable(True)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
+def _worker_main(names: list[str], settings: Settings, sockets: list[socket.socket]) -> None:
+    # A fresh interpreter (spawn): set up logging again, then build and serve the apps.
+    from verilive.server.logs import configure_logging
+
+    configure_logging(settings.log_level, settings.log_json)
+    try:
+        run_apps(build_apps(names, settings), ServerOptions.from_settings(settings), sockets)
+    except RuntimeError as exc:
+        log.error("worker %d failed: %s", os.getpid(), exc)
+        raise SystemExit(1) from exc
+
+
+def run_workers(names: list[str], settings: Settings) -> int:
+    """Run ``settings.workers`` worker processes on shared sockets; return the exit code.
+
+    SIGTERM/SIGINT: every worker gets SIGTERM, stops accepting, finishes its in-flight requests
+    (up to ``graceful_timeout_s``), closes its engines and exits; then this returns 0. A worker
+    killed by a signal (OOM killer, crash) is replaced; one that exits by itself (a startup
+    failure such as a broken model) stops them all and its exit code is returned.
+    """
+    sockets = [bind_socket(settings.host, settings.port_of(n), settings.backlog) for n in names]
+    ctx = multiprocessing.get_context("spawn")
+    wake_r, wake_w = os.pipe()
+    os.set_blocking(wake_w, False)
+    stopping = False
+
+    def on_signal(signum: int, frame: object) -> None:
+        nonlocal stopping
+        stopping = True
+        with contextlib.suppress(OSError):  # the pipe is full: a wake-up is already pending
+            os.write(wake_w, b"x")
+
+    def start() -> BaseProcess:
+        p = ctx.Process(target=_worker_main, args=(names, settings, sockets), name="verilive-worker")
+        p.start()
+        log.info("worker %d started", p.pid)
+        return p
+
+    previous = {sig: signal.signal(sig, on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+    exit_code = 0
+    procs: list[BaseProcess] = []
+    try:
+        procs = [start() for _ in range(settings.workers)]
+        while not stopping:
+            ready = wait([wake_r, *(p.sentinel for p in procs)])
+            if stopping:
+                break
+            for p in [p for p in procs if p.sentinel in ready]:
+                p.join()
+                code = p.exitcode if p.exitcode is not None else 1
+                if code < 0:
+                    log.error("worker %d killed by signal %d; starting a new one", p.pid, -code)
+                    procs[procs.index(p)] = start()
+                else:
+                    log.error("worker %d exited with code %d; stopping", p.pid, code)
+                    exit_code, stopping = code or 1, True
+                    break
+    finally:
+        _stop_workers(procs, settings.graceful_timeout_s + _EXIT_MARGIN_S)
+        for sock in sockets:
+            sock.close()
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        os.close(wake_r)
+        os.close(wake_w)
+    return exit_code
+
+
+def _stop_workers(procs: list[BaseProcess], timeout_s: float) -> None:
+    for p in procs:
+        if p.is_alive():
+            p.terminate()  # SIGTERM: graceful shutdown in the worker
+    deadline = time.monotonic() + timeout_s  # one grace period for all, not one each
+    for p in procs:
+        p.join(timeout=max(0.0, deadline - time.monotonic()))
+    for p in procs:
+        if p.is_alive():
+            log.error("worker %d did not stop in %.0f s; killing it", p.pid, timeout_s)
+            p.kill()
+            p.join()
