@@ -606,12 +606,13 @@ def test_score_rule() -> None:
 
 
 def test_sdk_allowlist_from_shipped_files(tmp_path: Path) -> None:
-    js = b'export const VERSION = "1.4.2";\nexport class VeriliveCapture {}\n'
+    js = b'export const VERSION = "1.4.2";\nexport const SDK_NAME = "verilive-capture-js";\n'
     (tmp_path / "verilive-capture.js").write_bytes(js)
     digest = hashlib.sha256(js).hexdigest()
     allow = build_allowlist(tmp_path, extra=["cd" * 32 + "@0.9.0"])
     assert allow.problems({"name": "verilive-capture-js", "version": "1.4.2", "digest": digest}) == []
-    assert allow.problems({"name": "x", "version": "1.4.3", "digest": digest})
+    assert allow.problems({"name": "verilive-capture-js", "version": "1.4.3", "digest": digest})
+    assert allow.problems({"name": "other-sdk", "version": "1.4.2", "digest": digest})
     assert allow.problems({"name": "x", "version": "1.4.2", "digest": "ef" * 32})
     assert allow.problems({**sdk_identity()}) == []  # the Python client of this release
     assert allow.problems({"name": "old", "version": "0.9.0", "digest": "cd" * 32}) == []

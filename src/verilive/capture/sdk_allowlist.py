@@ -3,7 +3,8 @@
 Built at startup from the libraries this server ships, so a release trusts exactly its own SDKs:
 
 - the browser SDK: every ``*.js`` file in ``verilive/capture/static/``, digest = SHA-256 of the exact
-  bytes served, version = the file's ``VERSION = "..."`` constant when it has one;
+  bytes served, version and name = the file's ``VERSION = "..."`` and ``SDK_NAME = "..."`` constants
+  (name not checked when the file has none);
 - the Python client: ``verilive.capture.client.sdk_identity()`` (SHA-256 of client.py + bundle.py).
 
 Operators add digests of other builds (an older SDK still deployed in a kiosk) with the setting
@@ -29,6 +30,7 @@ STATIC_DIR = Path(__file__).resolve().parent / "static"
 _HEX64 = re.compile(r"[0-9a-f]{64}")
 # `export const VERSION = "1.2.3"` or `VERSION: "1.2.3"` near the top of the SDK.
 _JS_VERSION = re.compile(r"""\bVERSION\s*[=:]\s*["']([0-9A-Za-z.+-]{1,40})["']""")
+_JS_NAME = re.compile(r"""\bSDK_NAME\s*[=:]\s*["']([0-9A-Za-z._-]{1,60})["']""")
 
 
 @dataclass(frozen=True)
@@ -69,10 +71,12 @@ def _js_entries(static_dir: Path, default_version: str) -> list[SdkEntry]:
         return out
     for path in sorted(static_dir.glob("*.js")):
         data = path.read_bytes()
-        m = _JS_VERSION.search(data[:20_000].decode("utf-8", "replace"))
+        head = data[:20_000].decode("utf-8", "replace")
+        m, name = _JS_VERSION.search(head), _JS_NAME.search(head)
         out.append(
             SdkEntry(
                 digest=hashlib.sha256(data).hexdigest(),
+                name=name.group(1) if name else None,
                 version=m.group(1) if m else default_version,
                 source=f"static/{path.name}",
             )
