@@ -1,0 +1,117 @@
+"""Routes that serve the browser capture SDK, its manifest, the current public key and the demo page.
+
+They are not part of the capture-liveness interface, so they stay out of the OpenAPI document:
+
+- ``GET /sdk/verilive-capture.js``: the SDK, byte for byte the file the SDK allow-list hashes;
+- ``GET /sdk/manifest.json``: name, version, SHA-256 and the Subresource Integrity value of the SDK;
+- ``GET /sdk/public_key``: ``{keyId, publicKey}`` of the current key (the first configured one);
+- ``GET /demo``: a page that captures, sends the bundle and shows the answer (docs/capture-sdk.md).
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import re
+from functools import lru_cache
+from pathlib import Path
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Request
+from fastapi.responses import JSONResponse, Response
+
+from verilive.capture.bundle import KeyRing, public_key_b64
+from verilive.errors import VeriliveError
+from verilive.server.context import ServiceContext, get_context
+
+__all__ = ["SDK_FILE", "STATIC_DIR", "SdkFile", "build_sdk_router", "current_public_key", "sdk_file"]
+
+STATIC_DIR = Path(__file__).resolve().parent / "static"
+SDK_FILE = "verilive-capture.js"
+_VERSION = re.compile(r"""\bVERSION\s*=\s*["']([0-9A-Za-z.+-]{1,40})["']""")
+
+Ctx = Annotated[ServiceContext, Depends(get_context)]
+
+
+class SdkFile:
+    """The SDK's bytes, read once, with the digests clients and the allow-list compare."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        digest = hashlib.sha256(data)
+        self.sha256 = digest.hexdigest()
+        self.integrity = "sha256-" + base64.b64encode(digest.digest()).decode("ascii")
+        m = _VERSION.search(data[:20_000].decode("utf-8", "replace"))
+        self.version = m.group(1) if m else ""
+
+    def manifest(self) -> dict[str, Any]:
+        return {
+            "name": "verilive-capture-js",
+            "version": self.version,
+            "file": f"/sdk/{SDK_FILE}",
+            "sha256": self.sha256,
+            "integrity": self.integrity,
+            "bundleFormat": 1,
+        }
+
+
+@lru_cache(maxsize=1)
+def sdk_file() -> SdkFile:
+    return SdkFile((STATIC_DIR / SDK_FILE).read_bytes())
+
+
+def current_public_key(entries: list[str]) -> dict[str, str]:
+    """``{keyId, publicKey}`` of the first ``capture_private_keys`` entry: the key clients should use.
+
+    The other entries stay valid for decryption (rotation, docs/bundle-format.md), so the first one
+    is the newest by convention.
+    """
+    if not entries:
+        raise VeriliveError(
+            "No capture key is configured (VERILIVE_CAPTURE_PRIVATE_KEYS)", code="NO_CAPTURE_KEY", status=503
+        )
+    entry = entries[0]
+    key_id = KeyRing.from_entries([entry]).key_ids[0]  # parses "<key id>=<path>" as decryption does
+    path = Path(entry).expanduser()
+    if not path.is_file():
+        path = Path(entry.partition("=")[2]).expanduser()
+    return {"keyId": key_id, "publicKey": public_key_b64(path.read_bytes())}
+
+
+def _static(name: str, media_type: str) -> Response:
+    return Response(
+        (STATIC_DIR / name).read_bytes(),
+        media_type=media_type,
+        headers={"Cache-Control": "no-cache", "X-Content-Type-Options": "nosniff"},
+    )
+
+
+def build_sdk_router() -> APIRouter:
+    router = APIRouter(include_in_schema=False)
+
+    @router.get("/sdk/verilive-capture.js")
+    async def sdk_js(request: Request) -> Response:
+        sdk = sdk_file()
+        etag = f'"{sdk.sha256}"'
+        # no-cache means "revalidate": the SDK fetches itself to hash its own code, and the ETag lets
+        # that second request be answered from the browser cache with the same bytes.
+        headers = {"ETag": etag, "Cache-Control": "no-cache", "X-Content-Type-Options": "nosniff"}
+        if request.headers.get("if-none-match") == etag:
+            return Response(status_code=304, headers=headers)
+        return Response(sdk.data, media_type="text/javascript; charset=utf-8", headers=headers)
+
+    @router.get("/sdk/manifest.json")
+    async def sdk_manifest() -> JSONResponse:
+        return JSONResponse(sdk_file().manifest(), headers={"Cache-Control": "no-cache"})
+
+    @router.get("/sdk/public_key")
+    async def sdk_public_key(ctx: Ctx) -> JSONResponse:
+        return JSONResponse(
+            current_public_key(list(ctx.settings.capture_private_keys)), headers={"Cache-Control": "no-cache"}
+        )
+
+    @router.get("/demo")
+    async def demo() -> Response:
+        return _static("demo.html", "text/html; charset=utf-8")
+
+    return router

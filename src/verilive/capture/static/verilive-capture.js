@@ -1,0 +1,839 @@
+// verilive-capture.js: the browser capture library of the verilive capture liveness service.
+// An ES module with no build step. It opens the camera, guides the face into an oval, captures
+// a frame and seals it, with what it knows about the capture, into an encrypted bundle
+// (docs/bundle-format.md, format version 1) that only the server's private key opens.
+//
+//   import { VeriliveCapture } from "/sdk/verilive-capture.js";
+//   const cap = new VeriliveCapture({ onStatus: (s) => console.log(s) });
+//   cap.setEncryptionKey(publicKeyB64, keyId);
+//   cap.setExternalData("order-42");
+//   await cap.start(document.getElementById("camera"));
+//   const { photo, encryptedFile } = await cap.capture();   // two Blobs
+//
+// The server's SDK allow-list reads the VERSION line below; keep it the first VERSION in the file.
+export const VERSION = "1.0.0";
+export const SDK_NAME = "verilive-capture-js";
+export const FORMAT_VERSION = 1;
+
+const MAGIC = [0x56, 0x4c, 0x43, 0x42]; // "VLCB"
+const HKDF_INFO = "verilive-capture-bundle/1";
+const IV_BYTES = 12;
+const POINT_BYTES = 65; // uncompressed P-256 point
+const TAG_BYTES = 16;
+
+// ------------------------------------------------------------------ bytes helpers
+
+const utf8 = new TextEncoder();
+
+function b64ToBytes(b64) {
+  const bin = atob(String(b64).replace(/\s+/g, ""));
+  const out = new Uint8Array(bin.length);
+  for (let i = 0; i < bin.length; i++) out[i] = bin.charCodeAt(i);
+  return out;
+}
+
+export function bytesToB64(bytes) {
+  const u8 = bytes instanceof Uint8Array ? bytes : new Uint8Array(bytes);
+  let bin = "";
+  // Chunks keep String.fromCharCode's argument list short for multi-megabyte images.
+  for (let i = 0; i < u8.length; i += 0x8000) bin += String.fromCharCode(...u8.subarray(i, i + 0x8000));
+  return btoa(bin);
+}
+
+function b64url(bytes) {
+  return bytesToB64(bytes).replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "");
+}
+
+function hex(bytes) {
+  return Array.from(new Uint8Array(bytes), (b) => b.toString(16).padStart(2, "0")).join("");
+}
+
+async function toBytes(data) {
+  if (data == null) return new Uint8Array(0);
+  if (data instanceof Uint8Array) return data;
+  if (data instanceof ArrayBuffer) return new Uint8Array(data);
+  if (ArrayBuffer.isView(data)) return new Uint8Array(data.buffer, data.byteOffset, data.byteLength);
+  if (typeof Blob !== "undefined" && data instanceof Blob) return new Uint8Array(await data.arrayBuffer());
+  if (typeof data === "string") return b64ToBytes(data); // base64, as the test vectors give parts
+  throw new TypeError("expected bytes, a Blob or a base64 string");
+}
+
+async function sha256Hex(bytes) {
+  return hex(await crypto.subtle.digest("SHA-256", bytes));
+}
+
+function concat(parts) {
+  const out = new Uint8Array(parts.reduce((n, p) => n + p.length, 0));
+  let at = 0;
+  for (const p of parts) {
+    out.set(p, at);
+    at += p.length;
+  }
+  return out;
+}
+
+function u32(n) {
+  const b = new Uint8Array(4);
+  new DataView(b.buffer).setUint32(0, n, false);
+  return b;
+}
+
+export function newNonce() {
+  return b64url(crypto.getRandomValues(new Uint8Array(16)));
+}
+
+// ------------------------------------------------------------------ SDK identity
+
+let digestPromise = null;
+
+// The SDK hashes its own source, fetched again from the URL it was loaded from (the browser cache
+// normally answers). The server allow-lists the SHA-256 of the exact file it serves, so a copy that
+// was edited, or bundled into other code, reports a digest the server does not know. This is a
+// claim by code on the client's side: it catches modified or stale copies used in good faith, not
+// an attacker who edits the SDK and hard-codes the expected digest (docs/capture-sdk.md).
+export function sdkDigest() {
+  if (!digestPromise) {
+    digestPromise = (async () => {
+      try {
+        const resp = await fetch(import.meta.url, { cache: "force-cache", credentials: "same-origin" });
+        if (!resp.ok) return "";
+        return await sha256Hex(await resp.arrayBuffer());
+      } catch {
+        return ""; // an empty digest is never on the allow-list: the server rejects, as it should
+      }
+    })();
+  }
+  return digestPromise;
+}
+
+export async function sdkIdentity() {
+  return { name: SDK_NAME, version: VERSION, digest: await sdkDigest() };
+}
+
+// ------------------------------------------------------------------ environment
+
+function ownKeys(obj, re) {
+  try {
+    return Object.getOwnPropertyNames(obj).some((k) => re.test(k));
+  } catch {
+    return false;
+  }
+}
+
+function has(obj, names) {
+  return names.some((n) => {
+    try {
+      return n in obj;
+    } catch {
+      return false;
+    }
+  });
+}
+
+// Traces that automation frameworks leave in a page. Each is a boolean so the server can count them.
+export function automationFlags() {
+  const w = window;
+  const d = document;
+  const ua = navigator.userAgent || "";
+  const root = d.documentElement;
+  return {
+    headless_ua: /Headless/i.test(ua),
+    cdc_props: ownKeys(w, /^\$?cdc_|^\$wdc_/) || ownKeys(d, /^\$?cdc_|^\$wdc_/), // chromedriver
+    selenium_props: has(w, [
+      "_selenium",
+      "__selenium_unwrapped",
+      "__webdriver_evaluate",
+      "__driver_evaluate",
+      "__webdriver_script_fn",
+      "__fxdriver_unwrapped",
+      "_Selenium_IDE_Recorder",
+    ]) || has(d, ["__selenium_unwrapped", "__webdriver_evaluate", "__driver_evaluate", "__fxdriver_unwrapped"]),
+    webdriver_attr: !!root && ["webdriver", "selenium", "driver"].some((a) => root.hasAttribute(a)),
+    phantom: has(w, ["callPhantom", "_phantom", "phantom"]),
+    nightmare: has(w, ["__nightmare"]),
+    dom_automation: has(w, ["domAutomation", "domAutomationController"]),
+    playwright: has(w, ["__playwright__binding__", "__pwInitScripts"]),
+    cypress: has(w, ["Cypress"]),
+    no_languages: !navigator.languages || navigator.languages.length === 0,
+  };
+}
+
+export function collectEnvironment() {
+  const nav = navigator;
+  const s = window.screen;
+  const uad = nav.userAgentData;
+  let timezone = null;
+  try {
+    timezone = Intl.DateTimeFormat().resolvedOptions().timeZone || null;
+  } catch {
+    timezone = null;
+  }
+  return {
+    client: "browser",
+    userAgent: nav.userAgent || "",
+    platform: nav.platform || "",
+    vendor: nav.vendor || "",
+    webdriver: nav.webdriver === true,
+    automation: automationFlags(),
+    screen: s
+      ? {
+          width: s.width,
+          height: s.height,
+          availWidth: s.availWidth,
+          availHeight: s.availHeight,
+          devicePixelRatio: window.devicePixelRatio || 1,
+          colorDepth: s.colorDepth,
+          orientation: s.orientation ? s.orientation.type : null,
+        }
+      : null,
+    maxTouchPoints: nav.maxTouchPoints || 0,
+    touch: "ontouchstart" in window,
+    userAgentData: uad
+      ? {
+          brands: (uad.brands || []).map((b) => ({ brand: b.brand, version: b.version })),
+          mobile: !!uad.mobile,
+          platform: uad.platform || "",
+        }
+      : null,
+    hardwareConcurrency: nav.hardwareConcurrency ?? null,
+    deviceMemory: nav.deviceMemory ?? null,
+    languages: Array.from(nav.languages || []),
+    timezone,
+  };
+}
+
+// ------------------------------------------------------------------ the bundle
+
+async function importServerKey(publicKeyB64) {
+  return crypto.subtle.importKey(
+    "spki",
+    b64ToBytes(publicKeyB64),
+    { name: "ECDH", namedCurve: "P-256" },
+    false,
+    [],
+  );
+}
+
+// The ephemeral key pair: fresh per bundle, or fixed (PKCS#8, base64) for test vectors only.
+async function ephemeralKey(pkcs8B64) {
+  if (!pkcs8B64) {
+    const pair = await crypto.subtle.generateKey({ name: "ECDH", namedCurve: "P-256" }, true, ["deriveBits"]);
+    const point = new Uint8Array(await crypto.subtle.exportKey("raw", pair.publicKey));
+    return { privateKey: pair.privateKey, point };
+  }
+  const privateKey = await crypto.subtle.importKey(
+    "pkcs8",
+    b64ToBytes(pkcs8B64),
+    { name: "ECDH", namedCurve: "P-256" },
+    true,
+    ["deriveBits"],
+  );
+  // WebCrypto has no "public key of this private key"; the JWK export carries x and y.
+  const jwk = await crypto.subtle.exportKey("jwk", privateKey);
+  const b64u = (s) => b64ToBytes(s.replace(/-/g, "+").replace(/_/g, "/").padEnd(Math.ceil(s.length / 4) * 4, "="));
+  return { privateKey, point: concat([new Uint8Array([4]), b64u(jwk.x), b64u(jwk.y)]) };
+}
+
+async function aesKey(privateKey, peerPublicKey, ephemeralPoint, usage) {
+  const shared = await crypto.subtle.deriveBits({ name: "ECDH", public: peerPublicKey }, privateKey, 256);
+  const ikm = await crypto.subtle.importKey("raw", shared, "HKDF", false, ["deriveKey"]);
+  return crypto.subtle.deriveKey(
+    { name: "HKDF", hash: "SHA-256", salt: ephemeralPoint, info: utf8.encode(HKDF_INFO) },
+    ikm,
+    { name: "AES-GCM", length: 256 },
+    false,
+    [usage],
+  );
+}
+
+function encodeHeader(keyId, point, iv) {
+  const kid = utf8.encode(keyId);
+  if (kid.length < 1 || kid.length > 255) throw new Error("key id must be 1 to 255 UTF-8 bytes");
+  return concat([new Uint8Array(MAGIC), new Uint8Array([FORMAT_VERSION, kid.length]), kid, point, iv]);
+}
+
+// Four length-prefixed parts: meta JSON, image, photo, external data (docs/bundle-format.md).
+export function encodePayload(metaBytes, image, photo, externalBytes) {
+  return concat([u32(metaBytes.length), metaBytes, u32(image.length), image, u32(photo.length), photo,
+    u32(externalBytes.length), externalBytes]);
+}
+
+// Encrypt an encoded payload to the server key. ephemeralPkcs8B64 and iv are for test vectors only:
+// a real bundle must use a fresh key and IV, which is what leaving them out gives.
+export async function sealPayload(payload, { publicKeyB64, keyId, ephemeralPkcs8B64 = null, iv = null }) {
+  const serverKey = await importServerKey(publicKeyB64);
+  const eph = await ephemeralKey(ephemeralPkcs8B64);
+  const ivBytes = iv ? await toBytes(iv) : crypto.getRandomValues(new Uint8Array(IV_BYTES));
+  if (ivBytes.length !== IV_BYTES) throw new Error("the IV must be 12 bytes");
+  const header = encodeHeader(keyId, eph.point, ivBytes);
+  const key = await aesKey(eph.privateKey, serverKey, eph.point, "encrypt");
+  const sealed = await crypto.subtle.encrypt(
+    { name: "AES-GCM", iv: ivBytes, additionalData: header, tagLength: 128 },
+    key,
+    payload,
+  );
+  return concat([header, new Uint8Array(sealed)]);
+}
+
+// Build a bundle from parts; usable without a camera. image and photo: JPEG bytes, Blob or base64.
+export async function buildBundle({
+  publicKeyB64,
+  keyId,
+  image,
+  photo,
+  externalData = "",
+  context = {},
+  environment = null,
+  sdk = null,
+  nonce = null,
+  timestampMs = null,
+  ephemeralPkcs8B64 = null,
+  iv = null,
+}) {
+  if (!publicKeyB64 || !keyId) throw new Error("call setEncryptionKey(publicKey, keyId) first");
+  const img = await toBytes(image);
+  const pho = await toBytes(photo);
+  const ext = utf8.encode(String(externalData ?? ""));
+  const [dImg, dPho, dExt] = await Promise.all([sha256Hex(img), sha256Hex(pho), sha256Hex(ext)]);
+  const meta = {
+    context,
+    environment: environment ?? collectEnvironment(),
+    sdk: sdk ?? (await sdkIdentity()),
+    nonce: nonce ?? newNonce(),
+    timestamp_ms: timestampMs ?? Date.now(),
+    digests: { image: dImg, photo: dPho, external: dExt },
+    sizes: { image: img.length, photo: pho.length, external: ext.length },
+  };
+  const payload = encodePayload(utf8.encode(JSON.stringify(meta)), img, pho, ext);
+  return sealPayload(payload, { publicKeyB64, keyId, ephemeralPkcs8B64, iv });
+}
+
+// Decrypt a bundle with a private key (PKCS#8, base64). The server decrypts in Python; this exists
+// so the test vectors can be checked in both directions in a browser. Never ship a private key.
+export async function openBundle(bundle, privatePkcs8B64) {
+  const b = await toBytes(bundle);
+  if (b.length < 6 || MAGIC.some((m, i) => b[i] !== m)) throw new Error("not a capture bundle");
+  if (b[4] !== FORMAT_VERSION) throw new Error(`unknown bundle version ${b[4]}`);
+  const k = b[5];
+  const end = 6 + k + POINT_BYTES + IV_BYTES;
+  if (k === 0 || b.length < end + TAG_BYTES) throw new Error("truncated bundle");
+  const header = b.subarray(0, end);
+  const point = b.slice(6 + k, 6 + k + POINT_BYTES);
+  const iv = b.slice(6 + k + POINT_BYTES, end);
+  const priv = await crypto.subtle.importKey("pkcs8", b64ToBytes(privatePkcs8B64), { name: "ECDH", namedCurve: "P-256" },
+    false, ["deriveBits"]);
+  const peer = await crypto.subtle.importKey("raw", point, { name: "ECDH", namedCurve: "P-256" }, false, []);
+  const key = await aesKey(priv, peer, point, "decrypt");
+  const plain = new Uint8Array(
+    await crypto.subtle.decrypt({ name: "AES-GCM", iv, additionalData: header, tagLength: 128 }, key, b.subarray(end)),
+  );
+  const view = new DataView(plain.buffer, plain.byteOffset, plain.byteLength);
+  const parts = [];
+  let at = 0;
+  for (let i = 0; i < 4; i++) {
+    if (at + 4 > plain.length) throw new Error("payload framing");
+    const n = view.getUint32(at, false);
+    if (at + 4 + n > plain.length) throw new Error("payload framing");
+    parts.push(plain.slice(at + 4, at + 4 + n));
+    at += 4 + n;
+  }
+  if (at !== plain.length) throw new Error("payload framing");
+  const dec = new TextDecoder("utf-8", { fatal: true });
+  return {
+    keyId: dec.decode(b.subarray(6, 6 + k)),
+    meta: JSON.parse(dec.decode(parts[0])),
+    image: parts[1],
+    photo: parts[2],
+    externalData: dec.decode(parts[3]),
+    payload: plain,
+  };
+}
+
+// ------------------------------------------------------------------ frame timing
+
+// Running statistics of the intervals between the preview frames (Welford's mean and variance).
+class FrameTiming {
+  constructor() {
+    this.count = 0;
+    this.mean = 0;
+    this.m2 = 0;
+    this.min = Infinity;
+    this.max = 0;
+    this.last = null;
+    this.source = "none";
+  }
+
+  add(t) {
+    if (this.last !== null && t > this.last) {
+      const d = t - this.last;
+      this.count += 1;
+      const delta = d - this.mean;
+      this.mean += delta / this.count;
+      this.m2 += delta * (d - this.mean);
+      this.min = Math.min(this.min, d);
+      this.max = Math.max(this.max, d);
+    }
+    this.last = t;
+  }
+
+  toJSON() {
+    const r = (x) => Math.round(x * 1000) / 1000;
+    const n = this.count;
+    return {
+      count: n,
+      mean_ms: r(n ? this.mean : 0),
+      std_ms: r(n > 1 ? Math.sqrt(this.m2 / (n - 1)) : 0),
+      min_ms: r(n ? this.min : 0),
+      max_ms: r(n ? this.max : 0),
+      source: this.source,
+    };
+  }
+}
+
+// ------------------------------------------------------------------ face placement
+
+// The oval guide, as fractions of the frame height (centre y) and height (radii); centred in x.
+const GUIDE = { cy: 0.47, ry: 0.36, rxOverRy: 0.75 };
+const SAMPLE_H = 72; // the placement check looks at a small copy of the frame; enough for a face
+const STEADY_DIFF = 8; // mean absolute luma change between checks, 0..255, above which we say "hold still"
+const READY_CHECKS = 4; // consecutive good checks before the frame counts as well placed
+
+// Skin test in YCbCr (ranges of Chai and Ngan 1999), luma in 0..255.
+function isSkin(r, g, b) {
+  const y = 0.299 * r + 0.587 * g + 0.114 * b;
+  const cb = 128 - 0.168736 * r - 0.331264 * g + 0.5 * b;
+  const cr = 128 + 0.5 * r - 0.418688 * g - 0.081312 * b;
+  return y > 40 && cb >= 77 && cb <= 127 && cr >= 133 && cr <= 173;
+}
+
+// A rough on-device check: skin-coloured pixels fill the oval and centre in it, the light is usable.
+// It does not recognise faces; the server decides. Returns {status, ...numbers}.
+function heuristicPlacement(pixels, w, h) {
+  const cx = w / 2;
+  const cy = GUIDE.cy * h;
+  const ry = GUIDE.ry * h;
+  const rx = ry * GUIDE.rxOverRy;
+  let inside = 0;
+  let skin = 0;
+  let lumaSum = 0;
+  let sx = 0;
+  let sy = 0;
+  let outsideSkin = 0;
+  let outside = 0;
+  for (let y = 0; y < h; y++) {
+    for (let x = 0; x < w; x++) {
+      const i = 4 * (y * w + x);
+      const r = pixels[i];
+      const g = pixels[i + 1];
+      const b = pixels[i + 2];
+      const s = isSkin(r, g, b);
+      const dx = (x + 0.5 - cx) / rx;
+      const dy = (y + 0.5 - cy) / ry;
+      if (dx * dx + dy * dy <= 1) {
+        inside += 1;
+        lumaSum += 0.299 * r + 0.587 * g + 0.114 * b;
+        if (s) {
+          skin += 1;
+          sx += x + 0.5;
+          sy += y + 0.5;
+        }
+      } else {
+        outside += 1;
+        if (s) outsideSkin += 1;
+      }
+    }
+  }
+  const luma = lumaSum / Math.max(1, inside);
+  const fill = skin / Math.max(1, inside);
+  const outsideFill = outsideSkin / Math.max(1, outside);
+  const offX = skin ? (sx / skin - cx) / h : 1;
+  const offY = skin ? (sy / skin - cy) / h : 1;
+  let status = "ready";
+  if (luma < 45) status = "too-dark";
+  else if (luma > 225) status = "too-bright";
+  else if (fill < 0.12) status = "no-face";
+  else if (Math.abs(offX) > 0.12 || Math.abs(offY) > 0.14) status = "center";
+  else if (fill < 0.3) status = "move-closer";
+  else if (outsideFill > 0.45) status = "move-back"; // the face overflows the oval
+  const r = (v) => Math.round(v * 1000) / 1000;
+  return { status, fill: r(fill), luma: r(luma), offset_x: r(offX), offset_y: r(offY), outside_fill: r(outsideFill) };
+}
+
+function detectorPlacement(faces, w, h) {
+  if (!faces.length) return { status: "no-face", faces: 0 };
+  if (faces.length > 1) return { status: "one-face", faces: faces.length };
+  const box = faces[0].boundingBox;
+  const offX = (box.x + box.width / 2 - w / 2) / h;
+  const offY = (box.y + box.height / 2 - GUIDE.cy * h) / h;
+  const size = box.height / h;
+  let status = "ready";
+  if (Math.abs(offX) > 0.12 || Math.abs(offY) > 0.14) status = "center";
+  else if (size < 0.25) status = "move-closer";
+  else if (size > 0.8) status = "move-back";
+  const r = (v) => Math.round(v * 1000) / 1000;
+  return { status, faces: 1, offset_x: r(offX), offset_y: r(offY), size: r(size) };
+}
+
+// ------------------------------------------------------------------ preview
+
+const PREVIEW_CSS = `
+.vlc-wrap{position:relative;width:100%;aspect-ratio:4/3;background:#111;overflow:hidden;border-radius:12px}
+.vlc-wrap video{width:100%;height:100%;object-fit:cover;transform:scaleX(-1)}
+.vlc-wrap svg{position:absolute;inset:0;width:100%;height:100%;pointer-events:none}
+.vlc-guide{fill:none;stroke:#fff;stroke-width:0.6;stroke-dasharray:2 1.5;transition:stroke .2s}
+.vlc-wrap[data-status=ready] .vlc-guide{stroke:#3ddc84;stroke-dasharray:none}
+`;
+
+function buildPreview(container) {
+  if (!document.getElementById("vlc-style")) {
+    const style = document.createElement("style");
+    style.id = "vlc-style";
+    style.textContent = PREVIEW_CSS;
+    document.head.appendChild(style);
+  }
+  const wrap = document.createElement("div");
+  wrap.className = "vlc-wrap";
+  const video = document.createElement("video");
+  video.setAttribute("playsinline", "");
+  video.muted = true;
+  video.autoplay = true;
+  // A dimmed frame with an oval hole. viewBox is 100 x 100 and the SVG stretches with the preview,
+  // so the oval is drawn in the frame's proportions: its centre and height match GUIDE.
+  const svg = document.createElementNS("http://www.w3.org/2000/svg", "svg");
+  svg.setAttribute("viewBox", "0 0 100 100");
+  svg.setAttribute("preserveAspectRatio", "none");
+  svg.innerHTML =
+    '<defs><mask id="vlc-hole"><rect width="100" height="100" fill="#fff"/>' +
+    '<ellipse class="vlc-hole" cx="50" fill="#000"/></mask></defs>' +
+    '<rect width="100" height="100" fill="rgba(0,0,0,0.45)" mask="url(#vlc-hole)"/>' +
+    '<ellipse class="vlc-guide" cx="50"/>';
+  wrap.append(video, svg);
+  container.replaceChildren(wrap);
+  return { wrap, video, svg };
+}
+
+function placeGuide(svg, videoW, videoH, boxW, boxH) {
+  // object-fit: cover scales the frame to fill the box and crops the rest; draw the oval where
+  // GUIDE falls on the visible part of the frame.
+  const shownH = videoH * Math.max(boxW / videoW, boxH / videoH);
+  const cyPx = GUIDE.cy * shownH - (shownH - boxH) / 2;
+  const ryPx = GUIDE.ry * shownH;
+  const rxPx = ryPx * GUIDE.rxOverRy;
+  for (const el of svg.querySelectorAll("ellipse")) {
+    el.setAttribute("cy", String((100 * cyPx) / boxH));
+    el.setAttribute("ry", String((100 * ryPx) / boxH));
+    el.setAttribute("rx", String((100 * rxPx) / boxW));
+  }
+}
+
+// ------------------------------------------------------------------ the capture class
+
+const DEFAULTS = {
+  facingMode: "user",
+  width: 1280, // ideal capture size; the server needs at least 480 lines (IMAGE_TOO_SMALL)
+  height: 720,
+  deviceId: null,
+  jpegQuality: 0.92,
+  photoMaxSide: 320, // the small photo, as the Python client makes it
+  photoQuality: 0.85,
+  checkIntervalMs: 120,
+  useFaceDetector: true, // the Shape Detection API where the browser has it
+  onStatus: null, // (status, details) => void, on every change of status
+  onReady: null, // () => void, when the face is first well placed
+};
+
+export class VeriliveCapture {
+  constructor(options = {}) {
+    this.options = { ...DEFAULTS, ...options };
+    this.publicKeyB64 = null;
+    this.keyId = null;
+    this.externalData = "";
+    this.stream = null;
+    this.track = null;
+    this.video = null;
+    this.preview = null;
+    this.timing = new FrameTiming();
+    this.framesSeen = 0;
+    this.startedAt = 0;
+    this.status = "idle";
+    this.placement = { method: "none", status: "idle" };
+    this.goodChecks = 0;
+    this.lastCheck = 0;
+    this.lastLuma = null;
+    this.faceDetector = null;
+    this.checking = false;
+    this.running = false;
+    this.readyWaiters = [];
+    this.sampleCanvas = null;
+    this.lastVideoTime = -1;
+  }
+
+  setEncryptionKey(publicKeyB64, keyId) {
+    this.publicKeyB64 = String(publicKeyB64);
+    this.keyId = String(keyId);
+  }
+
+  setExternalData(value) {
+    this.externalData = String(value ?? "");
+  }
+
+  get ready() {
+    return this.status === "ready";
+  }
+
+  // Open the camera into a <video> element (used as is) or a container (gets a preview with an oval).
+  async start(target) {
+    if (this.running) return;
+    if (!navigator.mediaDevices || !navigator.mediaDevices.getUserMedia) {
+      throw new Error("this browser cannot open a camera (getUserMedia is missing; is the page on https?)");
+    }
+    const o = this.options;
+    if (target instanceof HTMLVideoElement) {
+      this.video = target;
+      this.preview = null;
+    } else if (target instanceof HTMLElement) {
+      this.preview = buildPreview(target);
+      this.video = this.preview.video;
+    } else {
+      throw new TypeError("start() takes a <video> element or a container element");
+    }
+    this.setStatus("starting", {});
+    const video = { width: { ideal: o.width }, height: { ideal: o.height } };
+    if (o.deviceId) video.deviceId = { exact: o.deviceId };
+    else video.facingMode = o.facingMode;
+    this.stream = await navigator.mediaDevices.getUserMedia({ audio: false, video });
+    this.track = this.stream.getVideoTracks()[0];
+    this.video.muted = true;
+    this.video.setAttribute("playsinline", "");
+    this.video.srcObject = this.stream;
+    await this.video.play();
+    if (o.useFaceDetector && typeof window.FaceDetector === "function") {
+      try {
+        this.faceDetector = new window.FaceDetector({ fastMode: true, maxDetectedFaces: 2 });
+      } catch {
+        this.faceDetector = null;
+      }
+    }
+    this.timing = new FrameTiming();
+    this.framesSeen = 0;
+    this.goodChecks = 0;
+    this.startedAt = performance.now();
+    this.running = true;
+    this.scheduleFrame();
+  }
+
+  stop() {
+    this.running = false;
+    if (this.stream) for (const t of this.stream.getTracks()) t.stop();
+    this.stream = null;
+    this.track = null;
+    if (this.video) this.video.srcObject = null;
+    const waiters = this.readyWaiters;
+    this.readyWaiters = [];
+    for (const w of waiters) w.reject(new Error("the camera was stopped"));
+    this.setStatus("stopped", {});
+  }
+
+  scheduleFrame() {
+    if (!this.running) return;
+    const v = this.video;
+    // requestVideoFrameCallback reports each new camera frame with its capture time; rAF only
+    // reports screen refreshes, so there a frame counts when the video's time moves.
+    if (typeof v.requestVideoFrameCallback === "function") {
+      this.timing.source = "requestVideoFrameCallback";
+      v.requestVideoFrameCallback((now, meta) => {
+        const t = meta && meta.captureTime ? meta.captureTime : meta && meta.mediaTime ? meta.mediaTime * 1000 : now;
+        this.onFrame(t, now);
+      });
+    } else {
+      this.timing.source = "requestAnimationFrame";
+      requestAnimationFrame((now) => {
+        const t = v.currentTime * 1000;
+        if (t !== this.lastVideoTime) {
+          this.lastVideoTime = t;
+          this.onFrame(t, now);
+        } else {
+          this.scheduleFrame();
+        }
+      });
+    }
+  }
+
+  onFrame(t, now) {
+    this.framesSeen += 1;
+    this.timing.add(t);
+    if (this.preview && this.video.videoWidth) {
+      const box = this.preview.wrap.getBoundingClientRect();
+      if (box.width && box.height) {
+        placeGuide(this.preview.svg, this.video.videoWidth, this.video.videoHeight, box.width, box.height);
+      }
+    }
+    if (!this.checking && now - this.lastCheck >= this.options.checkIntervalMs && this.video.videoWidth) {
+      this.lastCheck = now;
+      this.checking = true;
+      this.checkPlacement()
+        .catch(() => {})
+        .finally(() => {
+          this.checking = false;
+        });
+    }
+    this.scheduleFrame();
+  }
+
+  sample() {
+    const v = this.video;
+    const h = SAMPLE_H;
+    const w = Math.max(1, Math.round((v.videoWidth / v.videoHeight) * h));
+    if (!this.sampleCanvas) this.sampleCanvas = document.createElement("canvas");
+    const c = this.sampleCanvas;
+    c.width = w;
+    c.height = h;
+    const ctx = c.getContext("2d", { willReadFrequently: true });
+    ctx.drawImage(v, 0, 0, w, h);
+    return { pixels: ctx.getImageData(0, 0, w, h).data, w, h };
+  }
+
+  async checkPlacement() {
+    const { pixels, w, h } = this.sample();
+    // Steadiness: mean absolute change of luma since the last check, on the small copy.
+    const luma = new Float32Array(w * h);
+    for (let i = 0; i < luma.length; i++) {
+      luma[i] = 0.299 * pixels[4 * i] + 0.587 * pixels[4 * i + 1] + 0.114 * pixels[4 * i + 2];
+    }
+    let motion = 0;
+    if (this.lastLuma && this.lastLuma.length === luma.length) {
+      for (let i = 0; i < luma.length; i++) motion += Math.abs(luma[i] - this.lastLuma[i]);
+      motion /= luma.length;
+    }
+    this.lastLuma = luma;
+    let result;
+    let method = "heuristic";
+    if (this.faceDetector) {
+      try {
+        const faces = await this.faceDetector.detect(this.video);
+        result = detectorPlacement(faces, this.video.videoWidth, this.video.videoHeight);
+        method = "FaceDetector";
+      } catch {
+        this.faceDetector = null; // the API exists but does not work here (common on Linux)
+      }
+    }
+    if (!result) result = heuristicPlacement(pixels, w, h);
+    result.motion = Math.round(motion * 100) / 100;
+    if (result.status === "ready" && motion > STEADY_DIFF) result.status = "hold-still";
+    this.goodChecks = result.status === "ready" ? this.goodChecks + 1 : 0;
+    const status = result.status === "ready" && this.goodChecks < READY_CHECKS ? "hold-still" : result.status;
+    this.placement = { method, ...result, status, good_checks: this.goodChecks };
+    this.setStatus(status, this.placement);
+  }
+
+  setStatus(status, details) {
+    const changed = status !== this.status;
+    this.status = status;
+    if (this.preview) this.preview.wrap.dataset.status = status;
+    if (status === "ready") {
+      const waiters = this.readyWaiters;
+      this.readyWaiters = [];
+      for (const w of waiters) w.resolve();
+    }
+    if (changed) {
+      if (this.options.onStatus) this.options.onStatus(status, details);
+      if (status === "ready" && this.options.onReady) this.options.onReady();
+    }
+  }
+
+  // Resolves when the face is well placed; rejects after timeoutMs.
+  whenReady(timeoutMs = 20000) {
+    if (this.ready) return Promise.resolve();
+    return new Promise((resolve, reject) => {
+      const waiter = {
+        resolve: () => {
+          clearTimeout(timer);
+          resolve();
+        },
+        reject: (err) => {
+          clearTimeout(timer);
+          reject(err);
+        },
+      };
+      const timer = setTimeout(() => {
+        this.readyWaiters = this.readyWaiters.filter((w) => w !== waiter);
+        reject(new Error("the face was not well placed in time"));
+      }, timeoutMs);
+      this.readyWaiters.push(waiter);
+    });
+  }
+
+  // Capture the current frame and seal it. waitForFace: wait for a well-placed face first (the
+  // default); false captures at once (a "take photo" button), and the placement check's last
+  // verdict goes into the context either way.
+  async capture({ waitForFace = true, timeoutMs = 20000 } = {}) {
+    if (!this.running) throw new Error("call start() first");
+    if (!this.publicKeyB64 || !this.keyId) throw new Error("call setEncryptionKey(publicKey, keyId) first");
+    if (waitForFace) await this.whenReady(timeoutMs);
+    const v = this.video;
+    const width = v.videoWidth;
+    const height = v.videoHeight;
+    const timestampMs = Date.now();
+    const canvas = document.createElement("canvas");
+    canvas.width = width;
+    canvas.height = height;
+    canvas.getContext("2d").drawImage(v, 0, 0, width, height);
+    const image = await canvasJpeg(canvas, this.options.jpegQuality);
+    const scale = Math.min(1, this.options.photoMaxSide / Math.max(width, height));
+    const small = document.createElement("canvas");
+    small.width = Math.max(1, Math.round(width * scale));
+    small.height = Math.max(1, Math.round(height * scale));
+    const sctx = small.getContext("2d");
+    sctx.imageSmoothingQuality = "high";
+    sctx.drawImage(canvas, 0, 0, small.width, small.height);
+    const photo = await canvasJpeg(small, this.options.photoQuality);
+    const context = this.context(width, height, timestampMs);
+    const environment = collectEnvironment();
+    // Chromium's --use-file-for-fake-video-capture names the camera after the file it plays.
+    environment.automation.camera_is_file = /\.(y4m|mjpe?g)$|^\/|^[A-Za-z]:\\/i.test(context.camera_label);
+    const bundle = await buildBundle({
+      publicKeyB64: this.publicKeyB64,
+      keyId: this.keyId,
+      image,
+      photo,
+      externalData: this.externalData,
+      context,
+      environment,
+      timestampMs,
+    });
+    return {
+      photo,
+      encryptedFile: new Blob([bundle], { type: "application/octet-stream" }),
+    };
+  }
+
+  context(width, height, timestampMs) {
+    const t = this.track;
+    let settings = {};
+    try {
+      settings = t && t.getSettings ? { ...t.getSettings() } : {};
+    } catch {
+      settings = {};
+    }
+    return {
+      camera_label: t ? t.label : "",
+      track_settings: settings,
+      resolution: { width, height },
+      frame_timing: this.timing.toJSON(),
+      frames_seen: this.framesSeen,
+      placement: this.placement,
+      stream_ms: Math.round(performance.now() - this.startedAt),
+      captured_at_ms: timestampMs,
+    };
+  }
+}
+
+function canvasJpeg(canvas, quality) {
+  return new Promise((resolve, reject) => {
+    canvas.toBlob(
+      (blob) => (blob ? resolve(blob) : reject(new Error("the browser could not encode a JPEG"))),
+      "image/jpeg",
+      quality,
+    );
+  });
+}

@@ -1,0 +1,579 @@
+"""The browser capture SDK end to end, in headless Chromium from Debian driven by Selenium.
+
+A real uvicorn capture server on 127.0.0.1 serves /demo and the SDK; Chromium's fake camera plays a
+real face photo (pad_silentface/image_T1.jpg) as a 1280x720 Y4M video. The tests check that the
+bundle the page builds decrypts on the server, that /extract_image gives its JPEG back, that the
+automation flags and the fake camera give UNTRUSTED_ENVIRONMENT, and that the bundle test vectors of
+docs/bundle-format.md work in both directions between WebCrypto and the Python library.
+
+Chromium and chromedriver come from Debian (/usr/bin/chromium, /usr/bin/chromedriver); when they are
+missing and the tests run as root, the fixture installs them with apt-get. No browser is downloaded.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+import os
+import shutil
+import socket
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import cv2
+import httpx
+import numpy as np
+import pytest
+import uvicorn
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from fastapi import FastAPI
+from fastapi.testclient import TestClient
+
+from verilive.capture.bundle import KeyRing, encode_payload, generate_key, public_key_b64, seal
+from verilive.capture.sdk_routes import STATIC_DIR, build_sdk_router
+from verilive.config import Settings
+from verilive.server.app import create_service_app
+from verilive.server.errors import install_error_handlers
+
+pytestmark = pytest.mark.slow
+
+CHROMIUM = Path("/usr/bin/chromium")
+CHROMEDRIVER = Path("/usr/bin/chromedriver")
+FIXTURES = Path(__file__).parent / "fixtures"
+TEST_KEY = FIXTURES / "capture_test_key.pem"
+SDK_PATH = STATIC_DIR / "verilive-capture.js"
+FACE = "data/face/pad_silentface/image_T1.jpg"
+FRAME_W, FRAME_H = 1280, 720  # 720 lines: above the server's 480p IMAGE_TOO_SMALL limit
+PLAIN_CHROME_UA = (
+    "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) Chrome/156.0.0.0 Safari/537.36"
+)
+P256_N = int("FFFFFFFF00000000FFFFFFFFFFFFFFFFBCE6FAADA7179E84F3B9CAC2FC632551", 16)
+
+
+# ------------------------------------------------------------------ helpers
+
+
+def b64url(data: bytes) -> str:
+    return base64.urlsafe_b64encode(data).rstrip(b"=").decode("ascii")
+
+
+def pkcs8_b64(key: ec.EllipticCurvePrivateKey) -> str:
+    der = key.private_bytes(
+        serialization.Encoding.DER, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+    return base64.b64encode(der).decode("ascii")
+
+
+def test_private_pkcs8_b64() -> str:
+    key = serialization.load_pem_private_key(TEST_KEY.read_bytes(), password=None)
+    assert isinstance(key, ec.EllipticCurvePrivateKey)
+    return pkcs8_b64(key)
+
+
+test_private_pkcs8_b64.__test__ = False  # type: ignore[attr-defined]  # a helper, not a test
+
+
+def vector2_inputs() -> dict[str, Any]:
+    """The fixed inputs of test vector 2 (docs/bundle-format.md), as buildBundle takes them.
+
+    Floats are not whole numbers and keys are in a fixed order, so JSON.stringify gives one exact
+    meta text; the ephemeral key is derived from a phrase the way vector 1's is.
+    """
+    scalar = int.from_bytes(hashlib.sha256(b"verilive bundle test vector 2 ephemeral key").digest()) % P256_N
+    eph = ec.derive_private_key(scalar, ec.SECP256R1())
+    return {
+        "publicKeyB64": public_key_b64(TEST_KEY.read_bytes()),
+        "keyId": "9371b67134414515",
+        "image": base64.b64encode(b"\xff\xd8verilive browser test image\xff\xd9").decode(),
+        "photo": base64.b64encode(b"\xff\xd8verilive browser test photo\xff\xd9").decode(),
+        "externalData": "kiosk-7/ñ✓",
+        "context": {
+            "camera_label": "test camera (browser)",
+            "track_settings": {"width": 1280, "height": 720, "frameRate": 30, "facingMode": "user"},
+            "resolution": {"width": 1280, "height": 720},
+            "frame_timing": {
+                "count": 29,
+                "mean_ms": 33.367,
+                "std_ms": 1.25,
+                "min_ms": 30.1,
+                "max_ms": 36.9,
+                "source": "requestVideoFrameCallback",
+            },
+            "frames_seen": 30,
+        },
+        "environment": {
+            "client": "browser",
+            "userAgent": "verilive-test-vector",
+            "platform": "Linux x86_64",
+            "webdriver": False,
+            "automation": {"headless_ua": False, "cdc_props": False},
+            "screen": {
+                "width": 1920,
+                "height": 1080,
+                "availWidth": 1920,
+                "availHeight": 1040,
+                "devicePixelRatio": 1,
+                "colorDepth": 24,
+            },
+            "maxTouchPoints": 0,
+            "touch": False,
+            "userAgentData": None,
+        },
+        "sdk": {
+            "name": "verilive-test-vector",
+            "version": "2",
+            "digest": hashlib.sha256(b"verilive bundle test vector 2 sdk").hexdigest(),
+        },
+        "nonce": b64url(bytes(range(16, 32))),
+        "timestampMs": 1767312000000,  # 2026-01-02T00:00:00Z
+        "ephemeralPkcs8B64": pkcs8_b64(eph),
+        "iv": base64.b64encode(bytes(range(16, 28))).decode(),
+        "_scalar_hex": f"{scalar:064x}",
+        "_public_hex": eph.public_key()
+        .public_bytes(serialization.Encoding.X962, serialization.PublicFormat.UncompressedPoint)
+        .hex(),
+    }
+
+
+def face_frame(shared_dir: Path) -> np.ndarray:
+    """The portrait photo in a 1280x720 frame, the sides filled with a blurred copy (like a webcam)."""
+    src = cv2.imread(str(shared_dir / FACE))
+    assert src is not None
+    h, w = src.shape[:2]
+    fg = cv2.resize(src, (round(w * FRAME_H / h), FRAME_H), interpolation=cv2.INTER_AREA)
+    frame = cv2.GaussianBlur(cv2.resize(src, (FRAME_W, FRAME_H)), (0, 0), 25)
+    x = (FRAME_W - fg.shape[1]) // 2
+    frame[:, x : x + fg.shape[1]] = fg
+    return frame
+
+
+def write_y4m(path: Path, frame: np.ndarray, frames: int = 3) -> None:
+    """Chromium's --use-file-for-fake-video-capture reads Y4M 4:2:0 (it loops the file)."""
+    h, w = frame.shape[:2]
+    i420 = cv2.cvtColor(frame, cv2.COLOR_BGR2YUV_I420).tobytes()
+    with path.open("wb") as f:
+        f.write(f"YUV4MPEG2 W{w} H{h} F30:1 Ip A1:1 C420jpeg\n".encode("ascii"))
+        for _ in range(frames):
+            f.write(b"FRAME\n" + i420)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@contextmanager
+def running_server(settings: Settings) -> Iterator[str]:
+    """A real uvicorn capture server in a thread; yields its base URL."""
+    port = free_port()
+    config = uvicorn.Config(
+        create_service_app("capture", settings), host="127.0.0.1", port=port, log_level="warning"
+    )
+    server = uvicorn.Server(config)
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+    deadline = time.monotonic() + 120  # model loading; generous, only a failure waits this long
+    while not server.started:
+        if not thread.is_alive() or time.monotonic() > deadline:
+            raise RuntimeError("the capture server did not start")
+        time.sleep(0.05)
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+
+
+def ensure_chromium() -> None:
+    if CHROMIUM.exists() and CHROMEDRIVER.exists():
+        return
+    if os.geteuid() != 0 or shutil.which("apt-get") is None:
+        pytest.skip("Debian chromium and chromium-driver are missing and cannot be installed (not root)")
+    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
+    subprocess.run(["apt-get", "update"], check=True, env=env, capture_output=True)
+    subprocess.run(
+        ["apt-get", "install", "-y", "chromium", "chromium-driver"], check=True, env=env, capture_output=True
+    )
+
+
+def make_driver(video: Path | None, *, hide_automation: bool = False) -> Any:
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    os.environ.setdefault("SE_OFFLINE", "true")  # Selenium Manager must never fetch a browser
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = str(CHROMIUM)
+    for arg in (
+        "--headless=new",
+        "--no-sandbox",  # the test may run as root in a container
+        "--disable-dev-shm-usage",
+        "--use-fake-ui-for-media-stream",
+        "--use-fake-device-for-media-stream",
+        "--window-size=900,1000",
+    ):
+        opts.add_argument(arg)
+    if video is not None:
+        opts.add_argument(f"--use-file-for-fake-video-capture={video}")
+    if hide_automation:
+        # What a cheap attacker does: navigator.webdriver false, no "Headless" in the user agent.
+        opts.add_argument("--disable-blink-features=AutomationControlled")
+        opts.add_argument(f"--user-agent={PLAIN_CHROME_UA}")
+        opts.add_experimental_option("excludeSwitches", ["enable-automation"])
+    driver = webdriver.Chrome(service=Service(executable_path=str(CHROMEDRIVER)), options=opts)
+    driver.set_script_timeout(60)
+    return driver
+
+
+def run_js(driver: Any, body: str, *args: Any) -> Any:
+    """Run an async function body in the page with the SDK imported as `sdk`; returns its value.
+
+    Errors in the page come back as {"error": ...} so the assertion shows the browser's message.
+    """
+    script = (
+        "const done = arguments[arguments.length - 1];"
+        "const args = Array.from(arguments).slice(0, -1);"
+        "import('/sdk/verilive-capture.js').then(async (sdk) => {"
+        f"  try {{ done({{ok: await (async () => {{ {body} }})()}}); }}"
+        "  catch (e) { done({error: String(e && e.stack || e)}); }"
+        "}, (e) => done({error: 'import failed: ' + e}));"
+    )
+    out = driver.execute_async_script(script, *args)
+    assert "error" not in out, out.get("error")
+    return out["ok"]
+
+
+def wait_state(driver: Any, states: set[str], timeout_s: float = 90) -> str:
+    """Poll the demo's state until it is one of `states` (or "error", which fails at once)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        state = driver.execute_script("return window.veriliveDemo && window.veriliveDemo.state")
+        if state in states:
+            return str(state)
+        if state == "error":
+            err = driver.execute_script("return window.veriliveDemo.error")
+            raise AssertionError(f"the demo failed: {err}")
+        if time.monotonic() > deadline:
+            hint = driver.execute_script("return document.getElementById('hint').textContent")
+            raise AssertionError(f"the demo stayed in state {state!r} (hint: {hint!r})")
+        time.sleep(0.2)
+
+
+def wait_title(driver: Any, state: str, timeout_s: float = 90) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not driver.title.endswith(f"· {state}"):
+        if driver.title.endswith("· error") or time.monotonic() > deadline:
+            raise AssertionError(f"the demo did not reach {state!r}: title {driver.title!r}")
+        time.sleep(0.2)
+
+
+# ------------------------------------------------------------------ fixtures
+
+
+@pytest.fixture(scope="module")
+def server_key(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, Path]:
+    key_id, pem, _ = generate_key()
+    path = tmp_path_factory.mktemp("capture-key") / "key.pem"
+    path.write_bytes(pem)
+    path.chmod(0o600)
+    return key_id, path
+
+
+@pytest.fixture(scope="module")
+def server(
+    models_settings: Settings, server_key: tuple[str, Path], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
+    tmp = tmp_path_factory.mktemp("capture-server")
+    settings = models_settings.model_copy(
+        update={
+            "capture_private_keys": [str(server_key[1])],
+            "capture_replay_url": f"sqlite:///{tmp}/replay.sqlite3",
+            "bi_database_url": f"sqlite:///{tmp}/bi.sqlite3",
+        }
+    )
+    with running_server(settings) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def frame(shared_dir: Path) -> np.ndarray:
+    return face_frame(shared_dir)
+
+
+@pytest.fixture(scope="module")
+def video(frame: np.ndarray, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("camera-input") / "face.y4m"
+    write_y4m(path, frame)
+    return path
+
+
+@pytest.fixture(scope="module")
+def driver(video: Path) -> Iterator[Any]:
+    pytest.importorskip("selenium")
+    ensure_chromium()
+    drv = make_driver(video)
+    try:
+        yield drv
+    finally:
+        drv.quit()
+
+
+# ------------------------------------------------------------------ the SDK routes (no browser)
+
+
+def test_sdk_routes_serve_the_exact_sdk_the_key_and_the_demo(
+    server: str, server_key: tuple[str, Path]
+) -> None:
+    sdk = SDK_PATH.read_bytes()
+    digest = hashlib.sha256(sdk).hexdigest()
+    with httpx.Client(base_url=server) as c:
+        js = c.get("/sdk/verilive-capture.js")
+        assert js.status_code == 200 and js.content == sdk
+        assert js.headers["content-type"].startswith("text/javascript")
+        # The SDK re-fetches itself to hash its code; revalidation must give the same bytes.
+        again = c.get("/sdk/verilive-capture.js", headers={"If-None-Match": js.headers["etag"]})
+        assert again.status_code == 304 and js.headers["etag"] == f'"{digest}"'
+
+        manifest = c.get("/sdk/manifest.json").json()
+        assert manifest["sha256"] == digest
+        assert manifest["integrity"] == "sha256-" + base64.b64encode(hashlib.sha256(sdk).digest()).decode()
+        assert manifest["version"] == "1.0.0"
+
+        key = c.get("/sdk/public_key").json()
+        assert key == {"keyId": server_key[0], "publicKey": public_key_b64(server_key[1].read_bytes())}
+
+        demo = c.get("/demo")
+        assert demo.status_code == 200 and demo.headers["content-type"].startswith("text/html")
+        assert 'from "/sdk/verilive-capture.js"' in demo.text
+
+        paths = c.get("/openapi.json").json()["paths"]
+        assert not [p for p in paths if p.startswith("/sdk") or p == "/demo"]
+
+
+def test_public_key_route_without_a_key_is_a_clear_503() -> None:
+    app = FastAPI()
+    app.state.ctx = SimpleNamespace(settings=Settings(capture_private_keys=[]))
+    install_error_handlers(app)
+    app.include_router(build_sdk_router())
+    with TestClient(app) as c:
+        r = c.get("/sdk/public_key")
+    assert r.status_code == 503
+    assert "VERILIVE_CAPTURE_PRIVATE_KEYS" in r.json()["message"]
+
+
+def test_sdk_version_is_what_the_allow_list_reads() -> None:
+    from verilive.capture.sdk_allowlist import build_allowlist
+
+    sdk = SDK_PATH.read_bytes()
+    entry = build_allowlist(include_python=False).entries.get(hashlib.sha256(sdk).hexdigest())
+    assert entry is not None and entry.version == "1.0.0"
+
+
+def test_vector2_decrypts_in_python() -> None:
+    vec = json.loads((FIXTURES / "bundle_vector2.json").read_text("utf-8"))
+    blob = base64.b64decode(vec["bundle_b64"])
+    assert hashlib.sha256(blob).hexdigest() == vec["bundle_sha256"]
+    bundle = KeyRing.from_pem({vec["key_id"]: TEST_KEY.read_bytes()}).decrypt(blob)
+    inputs = vector2_inputs()
+    assert bundle.image == bytes.fromhex(vec["image_hex"]) == base64.b64decode(inputs["image"])
+    assert bundle.photo == bytes.fromhex(vec["photo_hex"]) == base64.b64decode(inputs["photo"])
+    assert bundle.external_data == vec["external_data"] == inputs["externalData"]
+    assert bundle.nonce == inputs["nonce"] and bundle.timestamp_ms == inputs["timestampMs"]
+    assert bundle.context == inputs["context"] and bundle.environment == inputs["environment"]
+    assert bundle.sdk == inputs["sdk"]
+    assert bundle.integrity_problems == ()
+    assert vec["ephemeral_private_pkcs8_b64"] == inputs["ephemeralPkcs8B64"]
+    assert blob[4 + 1 + 1 + 16 : 4 + 1 + 1 + 16 + 65].hex() == vec["ephemeral_public_hex"]
+    # Python's seal, given the browser's meta text, ephemeral key and IV, makes the same bytes.
+    payload = encode_payload(
+        vec["meta_json"].encode("utf-8"), bundle.image, bundle.photo, bundle.external_data
+    )
+    assert hashlib.sha256(payload).hexdigest() == vec["payload_sha256"]
+    eph = ec.derive_private_key(int(vec["ephemeral_private_scalar_hex"], 16), ec.SECP256R1())
+    again = seal(
+        payload,
+        vec["recipient_public_key_b64"],
+        vec["key_id"],
+        ephemeral_key=eph,
+        iv=bytes.fromhex(vec["iv_hex"]),
+    )
+    assert again == blob
+
+
+# ------------------------------------------------------------------ the demo end to end
+
+
+def test_demo_capture_decrypts_extracts_and_flags_the_automated_fake_camera(
+    driver: Any, server: str, server_key: tuple[str, Path], frame: np.ndarray, video: Path
+) -> None:
+    from selenium.webdriver.common.by import By
+
+    driver.get(f"{server}/demo")
+    wait_state(driver, {"idle"})
+    field = driver.find_element(By.ID, "external")
+    field.clear()
+    field.send_keys("e2e-order-7")
+    driver.find_element(By.ID, "start").click()
+    wait_state(driver, {"done"})  # the demo captures by itself once the face is in the oval
+
+    response = driver.execute_script("return window.veriliveDemo.response")
+    blob = base64.b64decode(
+        run_js(driver, "return sdk.bytesToB64(await window.veriliveDemo.bundle.arrayBuffer());")
+    )
+
+    # The bundle decrypts with the server's key, and holds the camera frame and its true context.
+    bundle = KeyRing.from_pem({server_key[0]: server_key[1].read_bytes()}).decrypt(blob)
+    assert bundle.key_id == server_key[0]
+    assert bundle.integrity_problems == ()
+    assert bundle.external_data == "e2e-order-7"
+    image = cv2.imdecode(np.frombuffer(bundle.image, np.uint8), cv2.IMREAD_COLOR)
+    assert image.shape == (FRAME_H, FRAME_W, 3)
+    assert bundle.context["resolution"] == {"width": FRAME_W, "height": FRAME_H}
+    # The fake camera played our face frame: the capture is that picture (after two lossy codecs).
+    diff = np.abs(cv2.resize(image, (160, 90)).astype(float) - cv2.resize(frame, (160, 90)).astype(float))
+    assert diff.mean() < 12, diff.mean()
+    photo = cv2.imdecode(np.frombuffer(bundle.photo, np.uint8), cv2.IMREAD_COLOR)
+    assert max(photo.shape[:2]) == 320
+    assert bundle.context["frames_seen"] >= 1 and bundle.context["frame_timing"]["count"] >= 1
+    assert bundle.context["placement"]["status"] == "ready"
+    # Chromium names a file-fed fake camera after the file; the SDK reports that as a sign.
+    assert bundle.context["camera_label"] == str(video)
+    assert bundle.environment["automation"]["camera_is_file"] is True
+    assert bundle.sdk == {
+        "name": "verilive-capture-js",
+        "version": "1.0.0",
+        "digest": hashlib.sha256(SDK_PATH.read_bytes()).hexdigest(),
+    }
+    env = bundle.environment
+    assert env["client"] == "browser" and env["webdriver"] is True
+    assert env["userAgent"] == driver.execute_script("return navigator.userAgent")
+    assert env["automation"]["headless_ua"] is True  # --headless=new still says HeadlessChrome
+
+    # The server extracts the same JPEG.
+    with httpx.Client(base_url=server, timeout=60) as c:
+        extracted = c.post(
+            "/extract_image", content=blob, headers={"content-type": "application/octet-stream"}
+        )
+    assert extracted.status_code == 200 and extracted.headers["content-type"] == "image/jpeg"
+    assert extracted.content == bundle.image
+
+    # The demo's own request: a webdriver-driven browser with a fake camera is not trusted.
+    assert response["status"] == 200, response
+    liveness = response["body"]["capture_liveness"]
+    assert "UNTRUSTED_ENVIRONMENT" in liveness["rejection"]
+    assert liveness["probability"] < 0.5
+    # The SDK is the shipped one and its bundle is consistent: those detectors stay quiet.
+    assert "SDK_INTEGRITY_VIOLATION" not in liveness["rejection"]
+    assert "UNTRUSTED_CORRUPTED_PAYLOAD" not in liveness["rejection"]
+    # What the person sees: a refusal, never the reasons.
+    verdict = driver.find_element(By.ID, "verdict").text
+    assert "not accepted" in verdict
+    assert "UNTRUSTED" not in driver.find_element(By.ID, "result").text
+
+
+# ------------------------------------------------------------------ test vectors, both directions
+
+
+def test_browser_decrypts_and_reproduces_python_vector1(driver: Any, server: str) -> None:
+    vec = json.loads((FIXTURES / "bundle_vector1.json").read_text("utf-8"))
+    driver.get(f"{server}/sdk/manifest.json")  # any page of the server's origin can import the SDK
+    opened = run_js(
+        driver,
+        "const o = await sdk.openBundle(args[0], args[1]);"
+        "const hex = (u) => Array.from(u, (b) => b.toString(16).padStart(2, '0')).join('');"
+        "return {keyId: o.keyId, meta: new TextDecoder().decode(o.payload.subarray(4, 4 + "
+        "new DataView(o.payload.buffer).getUint32(0))), image: hex(o.image), photo: hex(o.photo),"
+        " external: o.externalData, nonce: o.meta.nonce};",
+        vec["bundle_b64"],
+        test_private_pkcs8_b64(),
+    )
+    assert opened == {
+        "keyId": vec["key_id"],
+        "meta": vec["meta_json"],
+        "image": vec["image_hex"],
+        "photo": vec["photo_hex"],
+        "external": vec["external_data"],
+        "nonce": "AAECAwQFBgcICQoLDA0ODw",
+    }
+    # Sealing vector 1's payload with its ephemeral key and IV gives its bytes exactly.
+    sealed = run_js(
+        driver,
+        "const o = await sdk.openBundle(args[0], args[1]);"
+        "const out = await sdk.sealPayload(o.payload, {publicKeyB64: args[2], keyId: args[3],"
+        " ephemeralPkcs8B64: args[4], iv: args[5]});"
+        "return sdk.bytesToB64(out);",
+        vec["bundle_b64"],
+        test_private_pkcs8_b64(),
+        vec["recipient_public_key_b64"],
+        vec["key_id"],
+        vec["ephemeral_private_pkcs8_b64"],
+        base64.b64encode(bytes.fromhex(vec["iv_hex"])).decode(),
+    )
+    assert sealed == vec["bundle_b64"]
+
+
+def browser_vector2(driver: Any) -> bytes:
+    inputs = {k: v for k, v in vector2_inputs().items() if not k.startswith("_")}
+    return build_in_browser(driver, inputs)
+
+
+def build_in_browser(driver: Any, inputs: dict[str, Any]) -> bytes:
+    # Passed as JSON text: WebDriver's own marshalling may reorder keys, JSON.parse keeps them.
+    js = "return sdk.bytesToB64(await sdk.buildBundle(JSON.parse(args[0])));"
+    return base64.b64decode(run_js(driver, js, json.dumps(inputs, ensure_ascii=False)))
+
+
+def test_browser_build_bundle_gives_vector2_which_python_decrypts(driver: Any, server: str) -> None:
+    vec = json.loads((FIXTURES / "bundle_vector2.json").read_text("utf-8"))
+    driver.get(f"{server}/sdk/manifest.json")
+    blob = browser_vector2(driver)
+    assert base64.b64encode(blob).decode() == vec["bundle_b64"]
+    bundle = KeyRing.from_pem({vec["key_id"]: TEST_KEY.read_bytes()}).decrypt(blob)
+    assert bundle.integrity_problems == ()
+    assert bundle.external_data == "kiosk-7/ñ✓"
+    # And a fresh bundle (random key and IV, real environment) from the same browser decrypts too.
+    fresh = {k: v for k, v in vector2_inputs().items() if k not in {"ephemeralPkcs8B64", "iv", "environment"}}
+    fresh = {k: v for k, v in fresh.items() if not k.startswith("_")}
+    fresh["nonce"] = None
+    out = build_in_browser(driver, fresh)
+    assert out[: 6 + 16] == blob[: 6 + 16] and out[22:87] != blob[22:87]  # same key id, new ephemeral key
+    again = KeyRing.from_pem({vec["key_id"]: TEST_KEY.read_bytes()}).decrypt(out)
+    assert again.environment["client"] == "browser" and again.environment["webdriver"] is True
+    assert again.nonce != bundle.nonce and len(again.nonce) == 22
+
+
+def test_hidden_webdriver_is_still_an_untrusted_environment(
+    server: str, video: Path, server_key: tuple[str, Path]
+) -> None:
+    pytest.importorskip("selenium")
+    ensure_chromium()
+    from selenium.webdriver.common.by import By
+
+    drv = make_driver(video, hide_automation=True)
+    try:
+        drv.get(f"{server}/demo")
+        wait_title(drv, "idle")  # the title, not a script: scripts are what leave chromedriver's traces
+        drv.find_element(By.ID, "start").click()
+        wait_title(drv, "done")
+        response = drv.execute_script("return window.veriliveDemo.response")
+        blob = base64.b64decode(
+            run_js(drv, "return sdk.bytesToB64(await window.veriliveDemo.bundle.arrayBuffer());")
+        )
+    finally:
+        drv.quit()
+    bundle = KeyRing.from_pem({server_key[0]: server_key[1].read_bytes()}).decrypt(blob)
+    env = bundle.environment
+    assert env["webdriver"] is False and env["userAgent"] == PLAIN_CHROME_UA
+    assert env["automation"]["headless_ua"] is False
+    # What is left: the file-fed camera (and chromedriver's page globals).
+    assert env["automation"]["camera_is_file"] is True
+    assert response["status"] == 200, response
+    assert "UNTRUSTED_ENVIRONMENT" in response["body"]["capture_liveness"]["rejection"]
