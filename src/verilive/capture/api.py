@@ -229,8 +229,12 @@ def bi_record(
 def decide(ctx: ServiceContext, blob: bytes) -> CaptureDecision | CaptureValidationError:
     """Decrypt and decide (runs in a worker thread). Bundle errors raise the spec's 400."""
     t0 = time.perf_counter()
-    bundle = open_bundle(ctx, blob)
     metrics = metrics_of(ctx)
+    try:
+        bundle = open_bundle(ctx, blob)
+    except VeriliveError:
+        metrics.decisions.labels("unreadable", "UNKNOWN").inc()
+        raise
     try:
         decision = capture_engine_of(ctx).check(bundle)
     except CaptureInputError as exc:

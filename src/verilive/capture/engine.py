@@ -390,8 +390,9 @@ def sdk_integrity(bundle: Bundle, allowlist: SdkAllowList) -> list[str]:
 def _grey_small(bgr: np.ndarray, width: int) -> np.ndarray:
     h, w = bgr.shape[:2]
     size = (width, max(1, round(h * width / w)))
-    small = cv2.resize(bgr, size, interpolation=cv2.INTER_AREA)
-    return cv2.cvtColor(small, cv2.COLOR_BGR2GRAY).astype(np.float32)
+    # Grey first: the area resize then handles one channel instead of three.
+    grey = cv2.cvtColor(bgr, cv2.COLOR_BGR2GRAY)
+    return cv2.resize(grey, size, interpolation=cv2.INTER_AREA).astype(np.float32)
 
 
 def photo_problems(image: DecodedImage, photo: bytes) -> list[str]:
