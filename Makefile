@@ -19,7 +19,7 @@ PY_DIRS := $(wildcard src tests bench eval train)
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e ".[dev,convert,postgres]"
+	$(BIN)/python -m pip install --quiet -e ".[dev,convert,postgres,redis]"
 	touch $(STAMP)
 
 install: $(STAMP)
