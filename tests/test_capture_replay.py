@@ -47,8 +47,10 @@ def _redis_server_binary() -> str:
 
 @pytest.fixture(scope="module")
 def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    pytest.importorskip("redis", reason="the redis extra: pip install 'verilive[redis]'")
-    import redis
+    try:
+        import redis
+    except ImportError:
+        pytest.fail("the redis client is missing: pip install -e '.[redis]' (make install does)")
 
     port = _free_port()
     workdir = tmp_path_factory.mktemp("redis")
