@@ -72,6 +72,7 @@ class SpeechAnalysis:
     sample_rate: int
     segments: list[tuple[int, int]]  # speech [start, end) in samples: summary, SNR, quality
     template_segments: list[tuple[int, int]]  # wider, for embeddings (TEMPLATE_VAD)
+    probs: np.ndarray | None = None  # VAD speech probability per 32 ms window (for diarization)
 
     @cached_property
     def speech_samples(self) -> int:
@@ -130,6 +131,7 @@ class VoiceEngine:
             sr,
             segments_from_probabilities(probs, wave.size, sr, self.vad.config),
             segments_from_probabilities(probs, wave.size, sr, TEMPLATE_VAD),
+            probs,
         )
 
     def speech_summary(self, audio: Audio) -> SpeechSummary:
@@ -162,7 +164,7 @@ class VoiceEngine:
         sims = (units @ units.T)[np.triu_indices(len(units), k=1)]
         return float(np.percentile(sims, 10))
 
-    def multiple_speakers_score(self, a: SpeechAnalysis) -> float:
+    def window_score(self, a: SpeechAnalysis) -> float:
         """0 = every window sounds like one speaker, 1 = some windows are as far apart as two
         different speakers typically are (constants from eval/multispeaker.py). Too little
         speech to tell: 0."""
@@ -170,6 +172,30 @@ class VoiceEngine:
         if q is None:
             return 0.0
         return float(np.clip((MS_SAME_SIM - q) / (MS_SAME_SIM - MS_DIFF_SIM), 0.0, 1.0))
+
+    def second_speaker_seconds(self, a: SpeechAnalysis) -> float:
+        """Speech of everyone but the main speaker, per the diarizer (speaker count estimated)."""
+        from verilive.voice.diarization import Diarizer  # diarization builds on this module
+
+        if a.probs is None:
+            a = self.analyse(Audio(a.wave.reshape(-1, 1), a.sample_rate))
+        turns = Diarizer(self.vad, self.embedder).diarize_probabilities(a.wave, a.sample_rate, a.probs)
+        totals = sorted((sum(e - s for s, e in v) for v in turns.values()), reverse=True)
+        return sum(totals[1:]) / a.sample_rate
+
+    def multiple_speakers_score(self, a: SpeechAnalysis) -> float:
+        """The window score, raised when the diarizer finds other speakers: at least 0.5 (the
+        recommended maximum) once they speak MS_DIAR_MIN_S, rising to 1 at MS_DIAR_FULL_S
+        (docs/voice.md#multiple-speakers)."""
+        score = self.window_score(a)
+        if score >= 1.0:
+            return score
+        other = self.second_speaker_seconds(a)
+        if other >= MS_DIAR_MIN_S:
+            score = max(
+                score, 0.5 + 0.5 * min(1.0, (other - MS_DIAR_MIN_S) / (MS_DIAR_FULL_S - MS_DIAR_MIN_S))
+            )
+        return float(score)
 
     # ------------------------------------------------------------------ templates
 
@@ -241,6 +267,10 @@ DEFAULT_ACCEPTANCE_LEVEL = 0.5
 # eval/multispeaker.py: medians of q over 213 one- and 213 two-speaker LibriSpeech recordings.
 MS_SAME_SIM = 0.625
 MS_DIFF_SIM = 0.030
+# Diarization refinement (eval/multispeaker.py): other speakers' speech, in seconds, at which the
+# score reaches 0.5 and 1.
+MS_DIAR_MIN_S = 1.5
+MS_DIAR_FULL_S = 4.0
 
 
 def summary_of(a: SpeechAnalysis) -> SpeechSummary:
