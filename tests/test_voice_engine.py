@@ -137,6 +137,19 @@ def test_multiple_speakers_score_separates(engine: VoiceEngine, shared_dir: Path
     assert 0.0 <= one < 0.5 < two <= 1.0, (one, two)
 
 
+def test_multiple_speakers_refined_by_diarization(engine: VoiceEngine, shared_dir: Path) -> None:
+    a, sr = load(shared_dir, "103-1240-0000.flac")  # F
+    b, _ = load(shared_dir, "1034-121119-0000.flac")  # M
+    one = engine.analyse(audio(a, sr))
+    assert engine.second_speaker_seconds(one) < 1.5
+    assert engine.multiple_speakers_score(one) == engine.window_score(one)  # nothing to add
+    # A dialogue of 3 s turns: the diarizer finds the other voice's turns.
+    turns = np.concatenate([w[t * 3 * sr : (t + 1) * 3 * sr] for t in range(3) for w in (a, b)])
+    two = engine.analyse(audio(turns, sr))
+    assert engine.second_speaker_seconds(two) >= 4.0
+    assert engine.multiple_speakers_score(two) == 1.0
+
+
 # ------------------------------------------------------------------ templates and matching
 
 
