@@ -607,3 +607,19 @@ def test_repr_hides_the_password() -> None:
     store = BiStore.__new__(BiStore)
     store.url = database_url("postgresql://user:s3cret@db.example/bi")
     assert "s3cret" not in repr(store) and "db.example" in repr(store)
+
+
+def test_endpoint_filter_separates_services_sharing_a_store(store: BiStore) -> None:
+    import dataclasses
+
+    face = rec(at("2026-11-20T10:00:00"))
+    capture = dataclasses.replace(rec(at("2026-11-20T11:00:00")), endpoint="check_capture_liveness")
+    store.add_many([face, capture])
+    assert [r["endpoint"] for r in store.records(endpoints=("check_liveness",))] == ["check_liveness"]
+    assert [r["endpoint"] for r in store.records(endpoints=("check_capture_liveness",))] == [
+        "check_capture_liveness"
+    ]
+    assert len(store.records()) == 2
+    assert store.report(endpoints=("check_liveness", "check_image"))["total"] == 1
+    assert store.report()["total"] == 2
+    assert store.report(endpoints=())["total"] == 0

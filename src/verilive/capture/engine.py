@@ -285,6 +285,9 @@ VIRTUAL_CAMERA = re.compile(
     r"\bvcam\b|camtwist|webcamoid|akvcam|droidcam|iriun|epoccam|\bndi\b|mmhmm|youcam",
     re.I,
 )
+# A camera named like a file path or a video file: a browser fed from a file (Chromium names its
+# file-backed fake camera after the file).
+FILE_CAMERA = re.compile(r"^(/|[a-z]:\\|file:)|\.(y4m|mjpe?g|mp4|webm|avi|mkv|mov)\b", re.I)
 EMULATOR = re.compile(
     r"android sdk built for|sdk_gphone|\bemulator\b|generic_x86|goldfish|ranchu|genymotion|bluestacks|"
     r"\bnox\b|memu|ldplayer|simulator",
@@ -314,6 +317,8 @@ def untrusted_environment(bundle: Bundle) -> list[str]:
     camera_text = " ".join([label, _text(track.get("deviceId")), _text(track.get("groupId"))])
     if VIRTUAL_CAMERA.search(label):
         out.append(f"virtual camera label {label[:60]!r}")
+    elif FILE_CAMERA.search(label.strip()):
+        out.append("camera label is a file path")
     elif VIRTUAL_CAMERA.search(camera_text):
         out.append("virtual camera device")
     device_text = " ".join(

@@ -3,7 +3,7 @@
 One image goes through: decode (EXIF honoured, header checked before pixels) -> CenterFace
 detection -> validation in a fixed order of precedence -> the pipeline's MiniFASNet model(s) on
 the upstream crops of the largest face -> a raw log-odds ``score`` -> ``probability`` =
-sigmoid(score + calibration offset + domain offset), and ``quality`` from face size, sharpness,
+sigmoid(score + calibration offset), and ``quality`` from face size, sharpness,
 exposure, pose and occlusion.
 """
 
@@ -60,7 +60,7 @@ assert tuple(PIPELINE_MODELS) == PIPELINES
 
 # Offsets added to the raw log-odds before the sigmoid. HARDENED moves the live threshold up by
 # 1.5 log-odds (fewer attacks accepted, more live people rejected), SOFT moves it down. Measured
-# effect: docs/face.md#calibrations (python -m eval.face_attacks).
+# effect: docs/face-eval.md (python -m eval.face_attacks).
 CALIBRATION_OFFSETS: dict[Calibration, float] = {
     Calibration.REGULAR: 0.0,
     Calibration.SOFT: 1.5,

@@ -206,6 +206,10 @@ def _time_range(date_from: dt.date | None, date_to: dt.date | None) -> list[Colu
     return conditions
 
 
+def _endpoint_filter(endpoints: Sequence[str] | None) -> list[ColumnElement[bool]]:
+    return [] if endpoints is None else [bi_records.c.endpoint.in_(list(endpoints))]
+
+
 def _finite(value: float | None) -> float | None:
     # NaN/inf cannot be put in JSON and would land in an arbitrary bucket, so they count as absent.
     if value is None:
@@ -392,14 +396,16 @@ class BiStore:
         date_from: dt.date | None = None,
         date_to: dt.date | None = None,
         limit: int | None = None,
+        endpoints: Sequence[str] | None = None,
     ) -> list[dict[str, Any]]:
-        """Records in the date range, oldest first, as JSON-ready dicts (time as ``...Z``)."""
+        """Records in the date range, oldest first, as JSON-ready dicts (time as ``...Z``).
+        ``endpoints``: only records of these endpoints (one store may serve several services)."""
         if limit is not None and limit < 0:
             raise InvalidParameter(f"limit must be >= 0, got {limit}")
         columns = [bi_records.c[name] for name in _RECORD_COLUMNS]
         stmt = (
             select(*columns)
-            .where(*_time_range(date_from, date_to))
+            .where(*_time_range(date_from, date_to), *_endpoint_filter(endpoints))
             .order_by(bi_records.c.time, bi_records.c.id)
         )
         if limit is not None:
@@ -413,8 +419,14 @@ class BiStore:
             out.append(item)
         return out
 
-    def report(self, date_from: dt.date | None = None, date_to: dt.date | None = None) -> dict[str, int]:
-        """The `/bi_report` object: histogram buckets, rejection counts and ``total``.
+    def report(
+        self,
+        date_from: dt.date | None = None,
+        date_to: dt.date | None = None,
+        endpoints: Sequence[str] | None = None,
+    ) -> dict[str, int]:
+        """The `/bi_report` object: histogram buckets, rejection counts and ``total``, over the
+        records of ``endpoints`` (all when None).
 
         Every (pipeline, platform) pair with a record in the range gets all 10 probability and
         10 quality buckets (zero-filled, so dashboards see stable keys); an error-code key only
@@ -429,7 +441,7 @@ class BiStore:
                 _bucket(t.c.probability).label("pb"),
                 _bucket(t.c.quality).label("qb"),
             )
-            .where(*_time_range(date_from, date_to))
+            .where(*_time_range(date_from, date_to), *_endpoint_filter(endpoints))
             .subquery()
         )
         # Grouping the subquery's columns (not the CASE expressions) keeps PostgreSQL from seeing

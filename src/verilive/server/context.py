@@ -53,7 +53,6 @@ class ServiceContext:
                     self._engines[name] = eng
         return eng  # type: ignore[no-any-return]
 
-
     def close(self) -> None:
         """Release what the engines hold (database connections, thread pools) at shutdown."""
         with self._lock:

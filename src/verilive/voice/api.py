@@ -193,12 +193,13 @@ def attributes_of(ctx: ServiceContext) -> AttributesEstimator:
 
 async def samples_audio(request: Request, ctx: ServiceContext, sample_rate: int) -> Audio:
     body = await read_raw_body(request, "PCM16 body")
-    return decode_pcm16(body, sample_rate, max_seconds=ctx.settings.max_audio_seconds)
+    # Decoding and resampling hours of audio takes seconds: off the event loop.
+    return await run(decode_pcm16, body, sample_rate, max_seconds=ctx.settings.max_audio_seconds)
 
 
 async def file_audio(upload: UploadFile, part: str, ctx: ServiceContext) -> Audio:
     data = await read_part(upload, part)
-    return decode_file(data, upload.content_type, max_seconds=ctx.settings.max_audio_seconds)
+    return await run(decode_file, data, upload.content_type, max_seconds=ctx.settings.max_audio_seconds)
 
 
 router = APIRouter()
@@ -215,7 +216,9 @@ router = APIRouter()
 )
 async def read_as_pcm16_samples(ctx: Ctx, wav_file: WavFile) -> Pcm16SamplesResult:
     data = await read_part(wav_file, "wav_file")
-    pcm, rate = decode_file_pcm16(data, wav_file.content_type, max_seconds=ctx.settings.max_audio_seconds)
+    pcm, rate = await run(
+        decode_file_pcm16, data, wav_file.content_type, max_seconds=ctx.settings.max_audio_seconds
+    )
     frames, channels = pcm.shape
     raw = np.ascontiguousarray(pcm, dtype="<i2").tobytes()  # interleaved, little-endian
     return Pcm16SamplesResult(
