@@ -566,6 +566,8 @@ def test_device_rules(claims: dict[str, Any], expected: bool) -> None:
         ({}, {"camera_label": "Integrated Camera (04f2:b604)"}, False),
         ({}, {"camera_label": "OBS Virtual Camera"}, True),
         ({}, {"camera_label": "Dummy video device (0x0000)"}, True),
+        ({}, {"camera_label": "/tmp/pytest-1/face.y4m"}, True),
+        ({}, {"camera_label": "C:\\videos\\face.mjpeg"}, True),
         ({"automation": {"cdc_props": True, "phantom": False}}, {}, True),
         ({"automation": {"cdc_props": False}}, {}, False),
         (
