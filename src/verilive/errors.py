@@ -52,11 +52,6 @@ class PayloadTooLarge(VeriliveError):
     status = 413
 
 
-class NotImplementedYet(VeriliveError):
-    code = "NOT_IMPLEMENTED"
-    status = 501
-
-
 class ModelError(VeriliveError):
     """A model is missing, corrupt or failed its check."""
 

@@ -42,7 +42,6 @@ def install_openapi(app: FastAPI) -> None:
                 if "requestBody" in op:
                     responses.setdefault("413", _error("Request body or decoded media over the limit"))
                     responses.setdefault("415", _error("Wrong content type for this endpoint"))
-                responses.setdefault("501", _error("Not available in this build"))
         app.openapi_schema = doc
         return doc
 
