@@ -1,29 +1,24 @@
 """BI record store (server/bi.py) on SQLite and on a real PostgreSQL.
 
-The PostgreSQL cases start a throw-away cluster on 127.0.0.1 (installing Debian's `postgresql`
-package first when the binaries are missing and we are root). A machine where that cannot be
-done fails these tests rather than skipping them, like the model tests.
+The PostgreSQL cases start a throw-away cluster on 127.0.0.1 (tests/servers.py, installing
+Debian's `postgresql` package first when the binaries are missing and we are root). A machine
+where that cannot be done fails these tests rather than skipping them, like the model tests.
 """
 
 from __future__ import annotations
 
 import datetime as dt
-import itertools
 import math
-import os
-import secrets
-import shutil
-import socket
-import subprocess
-import tempfile
 import threading
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
 
+from tests.servers import PgServer
+from tests.servers import postgres_server as start_postgres
 from verilive.config import Settings
 from verilive.errors import InvalidParameter
 from verilive.server.bi import (
@@ -99,117 +94,10 @@ def at(text: str) -> dt.datetime:
 # --------------------------------------------------------------------------- PostgreSQL server
 
 
-def _pg_bindir() -> Path | None:
-    candidates: list[Path] = []
-    found = shutil.which("pg_ctl")
-    if found:
-        candidates.append(Path(found).resolve().parent)
-    # Debian keeps the server binaries off PATH, one folder per major version.
-    versions = sorted(
-        Path("/usr/lib/postgresql").glob("*/bin"),
-        key=lambda p: int(p.parent.name) if p.parent.name.isdigit() else 0,
-        reverse=True,
-    )
-    candidates += versions
-    for d in candidates:
-        if all((d / name).is_file() for name in ("initdb", "pg_ctl", "postgres")):
-            return d
-    return None
-
-
-def _install_postgres() -> Path:
-    bindir = _pg_bindir()
-    if bindir is not None:
-        return bindir
-    if os.geteuid() != 0:
-        pytest.fail("PostgreSQL binaries not found and not root: install Debian's 'postgresql' package")
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    subprocess.run(["apt-get", "update"], check=True, env=env, capture_output=True)
-    subprocess.run(["apt-get", "install", "-y", "postgresql"], check=True, env=env, capture_output=True)
-    bindir = _pg_bindir()
-    if bindir is None:
-        pytest.fail("installed 'postgresql' but initdb/pg_ctl/postgres are still missing")
-    return bindir
-
-
-def _free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@dataclass
-class PgServer:
-    port: int
-    user: str
-    password: str
-    _counter: itertools.count[int]
-
-    def url(self, database: str) -> str:
-        return f"postgresql+psycopg://{self.user}:{self.password}@127.0.0.1:{self.port}/{database}"
-
-    def admin(self, sql: str) -> None:
-        engine = sa.create_engine(self.url("postgres"), isolation_level="AUTOCOMMIT")
-        try:
-            with engine.connect() as conn:
-                conn.exec_driver_sql(sql)
-        finally:
-            engine.dispose()
-
-    def new_database(self) -> str:
-        name = f"bi_test_{next(self._counter)}"
-        self.admin(f"CREATE DATABASE {name}")
-        return name
-
-
 @pytest.fixture(scope="session")
 def postgres_server() -> Iterator[PgServer]:
-    bindir = _install_postgres()
-    base = Path(tempfile.mkdtemp(prefix="verilive-pg-"))
-    # postgres refuses to run as root, so as root the cluster belongs to the `postgres` user.
-    as_root = os.geteuid() == 0
-    prefix = ["runuser", "-u", "postgres", "--"] if as_root else []
-    password = secrets.token_hex(12)
-    (base / "pw").write_text(password + "\n")
-    if as_root:
-        shutil.chown(base, "postgres")
-        shutil.chown(base / "pw", "postgres")
-    data, logfile, port = base / "data", base / "postgres.log", _free_port()
-    subprocess.run(
-        [
-            *prefix,
-            str(bindir / "initdb"),
-            "-D",
-            str(data),
-            "-U",
-            "verilive",
-            "--auth=scram-sha-256",
-            f"--pwfile={base / 'pw'}",
-            "-E",
-            "UTF8",
-            "--locale=C",
-            "--no-sync",
-        ],
-        check=True,
-        capture_output=True,
-    )
-    # Loopback only, socket in our own folder; durability is irrelevant for a test cluster.
-    options = f"-h 127.0.0.1 -p {port} -k {base} -c fsync=off -c synchronous_commit=off"
-    ctl = [*prefix, str(bindir / "pg_ctl"), "-D", str(data)]
-    start = subprocess.run(
-        [*ctl, "-l", str(logfile), "-w", "-t", "60", "-o", options, "start"],
-        capture_output=True,
-        text=True,
-    )
-    if start.returncode != 0:
-        log = logfile.read_text() if logfile.exists() else ""
-        shutil.rmtree(base, ignore_errors=True)
-        pytest.fail(f"PostgreSQL did not start: {start.stdout}{start.stderr}{log}")
-    try:
-        yield PgServer(port=port, user="verilive", password=password, _counter=itertools.count())
-    finally:
-        subprocess.run([*ctl, "-m", "fast", "-w", "stop"], capture_output=True)
-        shutil.rmtree(base, ignore_errors=True)
+    with start_postgres() as server:
+        yield server
 
 
 # --------------------------------------------------------------------------- one database per test

@@ -1,22 +1,19 @@
 """Replay store of the capture service on SQLite and on a real Redis (docs/capture.md#replay-store).
 
-Redis comes from Debian (`redis-server`); the fixture installs it when missing and running as root,
+Redis comes from Debian (`redis-server`); tests/servers.py installs it when missing and running as root,
 then starts a throw-away server on 127.0.0.1 on a free port. Expiry is checked without sleeping:
 SQLite takes the time as a parameter, Redis is asked for the key's remaining time to live.
 """
 
 from __future__ import annotations
 
-import os
-import shutil
-import socket
-import subprocess
 import threading
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
+from tests.servers import redis_server
 from verilive.capture.replay import (
     RedisReplayStore,
     ReplayStore,
@@ -28,67 +25,10 @@ from verilive.capture.replay import (
 T0 = 1_800_000_000.0
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _redis_server_binary() -> str:
-    path = shutil.which("redis-server")
-    if path is None and os.geteuid() == 0:
-        subprocess.run(["apt-get", "update", "-qq"], check=True, capture_output=True)
-        subprocess.run(["apt-get", "install", "-y", "-qq", "redis-server"], check=True, capture_output=True)
-        path = shutil.which("redis-server")
-    if path is None:
-        pytest.fail("redis-server is not installed (apt-get install redis-server) and cannot be installed")
-    return path
-
-
 @pytest.fixture(scope="module")
-def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    try:
-        import redis
-    except ImportError:
-        pytest.fail("the redis client is missing: pip install -e '.[redis]' (make install does)")
-
-    port = _free_port()
-    workdir = tmp_path_factory.mktemp("redis")
-    proc = subprocess.Popen(
-        [
-            _redis_server_binary(),
-            "--bind",
-            "127.0.0.1",
-            "--port",
-            str(port),
-            "--save",
-            "",
-            "--appendonly",
-            "no",
-            "--dir",
-            str(workdir),
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    url = f"redis://127.0.0.1:{port}/0"
-    client = redis.Redis.from_url(url)
-    try:
-        for _ in range(500):  # readiness poll, not a timing assumption: up to 10 s
-            try:
-                if client.ping():
-                    break
-            except redis.exceptions.ConnectionError:
-                if proc.poll() is not None:
-                    pytest.fail("redis-server exited at start")
-                threading.Event().wait(0.02)
-        else:
-            pytest.fail("redis-server did not answer")
+def redis_url() -> Iterator[str]:
+    with redis_server() as url:
         yield url
-    finally:
-        client.close()
-        proc.terminate()
-        proc.wait(timeout=10)
 
 
 @pytest.fixture(params=["sqlite", "redis"])
