@@ -54,16 +54,20 @@ class ServiceContext:
         return eng  # type: ignore[no-any-return]
 
     def close(self) -> None:
-        """Release what the engines hold (database connections, thread pools) at shutdown."""
+        """Release what the engines hold (database connections, thread pools) at shutdown.
+
+        Only closable engines are dropped (and rebuilt on next use if the app starts again).
+        The others, the metric collectors, stay: they are registered in the app's registry,
+        which outlives a lifespan, and building them again would register them twice.
+        """
         with self._lock:
-            engines, self._engines = list(self._engines.values()), {}
-        for eng in engines:
-            close = getattr(eng, "close", None)
-            if callable(close):
-                try:
-                    close()
-                except Exception:  # shutdown goes on; one engine must not block the others
-                    log.exception("closing %r failed", eng)
+            closable = {k: e for k, e in self._engines.items() if callable(getattr(e, "close", None))}
+            self._engines = {k: e for k, e in self._engines.items() if k not in closable}
+        for eng in closable.values():
+            try:
+                eng.close()
+            except Exception:  # shutdown goes on; one engine must not block the others
+                log.exception("closing %r failed", eng)
 
 
 def get_context(request: Request) -> ServiceContext:
