@@ -198,3 +198,22 @@ def test_service_restarts_on_the_same_app(models_settings: Settings, tmp_path: P
         line = next(ln for ln in metrics.splitlines() if ln.startswith("verilive_face_decisions_total{"))
         counts.append(float(line.rsplit(" ", 1)[1]))
     assert counts == [1.0, 2.0]
+
+
+def test_unexpected_error_keeps_the_request_id(models_settings: Settings, tmp_path: Path) -> None:
+    """A 500 used to say 'quote request id None': its handler runs after the id was reset."""
+    app = create_service_app("face", _settings(models_settings, tmp_path))
+
+    @app.get("/fail")
+    def fail() -> None:
+        raise RuntimeError("planted failure")
+
+    with TestClient(app, raise_server_exceptions=False) as client:
+        r = client.get("/fail", headers={"X-Request-ID": "fuzz-500"})
+    assert r.status_code == 500
+    body = r.json()
+    assert body["error_code"] == "INTERNAL_ERROR"
+    assert body["request_id"] == "fuzz-500"
+    assert "fuzz-500" in body["message"]
+    assert r.headers["x-request-id"] == "fuzz-500"
+    assert "planted failure" not in r.text

@@ -20,7 +20,7 @@ from pydantic import BaseModel
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from verilive.errors import VeriliveError
-from verilive.server.logs import request_id_var
+from verilive.server.logs import REQUEST_ID_SCOPE_KEY, request_id_var
 
 log = logging.getLogger("verilive.errors")
 
@@ -127,11 +127,18 @@ def install_error_handlers(app: FastAPI) -> None:
 
     @app.exception_handler(Exception)
     async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
-        # The traceback goes to the log (with the request id), never to the client.
-        log.exception("unhandled error")
-        return error_response(
-            request,
-            500,
-            "INTERNAL_ERROR",
-            f"Internal error; quote request id {request_id_var.get()} to the operator",
-        )
+        # Starlette runs this outside the request middleware, whose contextvar is reset by
+        # now; take the id from the scope so the log, body and header still carry it.
+        rid = request_id_var.get() or request.scope.get(REQUEST_ID_SCOPE_KEY)
+        token = request_id_var.set(rid)
+        try:
+            # The traceback goes to the log (with the request id), never to the client.
+            log.exception("unhandled error")
+            response = error_response(
+                request, 500, "INTERNAL_ERROR", f"Internal error; quote request id {rid} to the operator"
+            )
+        finally:
+            request_id_var.reset(token)
+        if rid:
+            response.headers["x-request-id"] = rid
+        return response

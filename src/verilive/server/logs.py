@@ -13,6 +13,9 @@ import logging
 import sys
 
 request_id_var: contextvars.ContextVar[str | None] = contextvars.ContextVar("request_id", default=None)
+# The same id in the ASGI scope: the handler of unexpected errors runs outside the request
+# middleware, after the contextvar has been reset.
+REQUEST_ID_SCOPE_KEY = "verilive.request_id"
 
 _RESERVED = set(logging.makeLogRecord({}).__dict__) | {"message", "asctime"}
 

@@ -16,7 +16,7 @@ from typing import Any
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from verilive.server.errors import error_body
-from verilive.server.logs import request_id_var
+from verilive.server.logs import REQUEST_ID_SCOPE_KEY, request_id_var
 from verilive.server.metrics import ServiceMetrics
 
 log = logging.getLogger("verilive.access")
@@ -39,6 +39,7 @@ class RequestContextMiddleware:
         if not _RID_OK.match(rid):
             rid = uuid.uuid4().hex
         token = request_id_var.set(rid)
+        scope[REQUEST_ID_SCOPE_KEY] = rid
         start = time.perf_counter()
         status_holder = {"status": 500}
         too_large = {"hit": False, "replaced": False}
