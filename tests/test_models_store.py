@@ -216,7 +216,7 @@ def test_packaged_manifest() -> None:
     assert vad.check is not None and cf.check is not None
     assert all(o.expected for o in vad.check.outputs + cf.check.outputs)
     # Runtime hint: Silero VAD makes ~31 tiny sequential calls per second of audio; one thread is faster.
-    assert vad.intra_op_threads == 1 and cam.intra_op_threads is None and cf.intra_op_threads is None
+    assert vad.intra_op_threads == 1 and cam.intra_op_threads is None and cf.intra_op_threads == 1
     with pytest.raises(ModelError, match="Unknown model"):
         m.get("nope")
 
