@@ -6,12 +6,14 @@ number of generated requests, positive and negative, seeded and derandomised so 
 reproducible. Each response must not be a 5xx, must have a documented status code and content
 type, and its body must match the documented schema. The apps run on the real models.
 
-``VERILIVE_FUZZ_EXAMPLES`` and ``VERILIVE_FUZZ_SEED`` make a deeper or different run by hand.
+``VERILIVE_FUZZ_EXAMPLES`` and ``VERILIVE_FUZZ_SEED`` make a deeper or different run by hand;
+``VERILIVE_FUZZ_REPORT=<file>`` writes the number of requests sent per operation.
 """
 
 from __future__ import annotations
 
 import collections
+import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -106,6 +108,9 @@ def apps(models_settings: Settings, tmp_path_factory: pytest.TempPathFactory) ->
         for name in SERVICES
     }
     yield built
+    report = os.environ.get("VERILIVE_FUZZ_REPORT")
+    if report:  # request counts per operation, for docs/reliability.md
+        Path(report).write_text(json.dumps({k: dict(sorted(v.items())) for k, v in SENT.items()}, indent=1))
     # Every operation of a service that was fuzzed got requests; a run that silently skipped
     # operations (a schema that could not be loaded, a filter) would prove nothing.
     for name, sent in SENT.items():
