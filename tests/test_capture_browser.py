@@ -326,6 +326,12 @@ def driver(video: Path) -> Iterator[Any]:
         drv.quit()
 
 
+def last_rejection(server: str) -> list[str]:
+    """Rejection reasons of the server's newest capture BI record: what the back end keeps."""
+    records = httpx.get(f"{server}/bi_records", timeout=60).json()
+    return (records[-1]["rejection"] or "").split(",")
+
+
 # ------------------------------------------------------------------ the SDK routes (no browser)
 
 
@@ -465,14 +471,17 @@ def test_demo_capture_decrypts_extracts_and_flags_the_automated_fake_camera(
     assert extracted.status_code == 200 and extracted.headers["content-type"] == "image/jpeg"
     assert extracted.content == bundle.image
 
-    # The demo's own request: a webdriver-driven browser with a fake camera is not trusted.
+    # The demo's own request: the browser gets the verdict only, never the reasons (docs/security.md).
     assert response["status"] == 200, response
     liveness = response["body"]["capture_liveness"]
-    assert "UNTRUSTED_ENVIRONMENT" in liveness["rejection"]
+    assert set(liveness) == {"probability"}, liveness
     assert liveness["probability"] < 0.5
+    # The reasons stay on the server: a webdriver-driven browser with a fake camera is not trusted.
+    rejection = last_rejection(server)
+    assert "UNTRUSTED_ENVIRONMENT" in rejection
     # The SDK is the shipped one and its bundle is consistent: those detectors stay quiet.
-    assert "SDK_INTEGRITY_VIOLATION" not in liveness["rejection"]
-    assert "UNTRUSTED_CORRUPTED_PAYLOAD" not in liveness["rejection"]
+    assert "SDK_INTEGRITY_VIOLATION" not in rejection
+    assert "UNTRUSTED_CORRUPTED_PAYLOAD" not in rejection
     # What the person sees: a refusal, never the reasons.
     verdict = driver.find_element(By.ID, "verdict").text
     assert "not accepted" in verdict
@@ -576,4 +585,5 @@ def test_hidden_webdriver_is_still_an_untrusted_environment(
     # What is left: the file-fed camera (and chromedriver's page globals).
     assert env["automation"]["camera_is_file"] is True
     assert response["status"] == 200, response
-    assert "UNTRUSTED_ENVIRONMENT" in response["body"]["capture_liveness"]["rejection"]
+    assert "rejection" not in response["body"]["capture_liveness"]
+    assert "UNTRUSTED_ENVIRONMENT" in last_rejection(server)

@@ -5,7 +5,10 @@ They are not part of the capture-liveness interface, so they stay out of the Ope
 - ``GET /sdk/verilive-capture.js``: the SDK, byte for byte the file the SDK allow-list hashes;
 - ``GET /sdk/manifest.json``: name, version, SHA-256 and the Subresource Integrity value of the SDK;
 - ``GET /sdk/public_key``: ``{keyId, publicKey}`` of the current key (the first configured one);
-- ``GET /demo``: a page that captures, sends the bundle and shows the answer (docs/capture-sdk.md).
+- ``GET /demo``: a page that captures, sends the bundle and shows the answer (docs/capture-sdk.md);
+- ``POST /demo/check_capture_liveness``: the demo's stand-in for an integrator's back end. It decides
+  like ``/check_capture_liveness`` (same BI record, metrics and log line) but answers without
+  ``rejection``: the reasons must never reach the capture client (docs/security.md).
 """
 
 from __future__ import annotations
@@ -19,12 +22,21 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse, Response
+from starlette.concurrency import run_in_threadpool
 
 from verilive.capture.bundle import KeyRing, public_key_b64
 from verilive.errors import VeriliveError
 from verilive.server.context import ServiceContext, get_context
 
-__all__ = ["SDK_FILE", "STATIC_DIR", "SdkFile", "build_sdk_router", "current_public_key", "sdk_file"]
+__all__ = [
+    "SDK_FILE",
+    "STATIC_DIR",
+    "SdkFile",
+    "build_sdk_router",
+    "client_answer",
+    "current_public_key",
+    "sdk_file",
+]
 
 STATIC_DIR = Path(__file__).resolve().parent / "static"
 SDK_FILE = "verilive-capture.js"
@@ -78,6 +90,15 @@ def current_public_key(entries: list[str]) -> dict[str, str]:
     return {"keyId": key_id, "publicKey": public_key_b64(path.read_bytes())}
 
 
+def client_answer(probability: float, face_probability: float | None) -> dict[str, Any]:
+    """What a capture client may see: the verdict only, never the rejection reasons or the score
+    (the score counts the reasons, docs/capture.md)."""
+    out: dict[str, Any] = {"capture_liveness": {"probability": probability}}
+    if face_probability is not None:
+        out["face_liveness"] = {"probability": face_probability}
+    return out
+
+
 def _static(name: str, media_type: str) -> Response:
     return Response(
         (STATIC_DIR / name).read_bytes(),
@@ -113,5 +134,16 @@ def build_sdk_router() -> APIRouter:
     @router.get("/demo")
     async def demo() -> Response:
         return _static("demo.html", "text/html; charset=utf-8")
+
+    @router.post("/demo/check_capture_liveness")
+    async def demo_check(ctx: Ctx, request: Request) -> JSONResponse:
+        # Imported here: verilive.capture.api imports this module to mount these routes.
+        from verilive.capture.api import decide, read_bundle_body
+        from verilive.capture.engine import CaptureValidationError
+
+        outcome = await run_in_threadpool(decide, ctx, await read_bundle_body(request))
+        if isinstance(outcome, CaptureValidationError):
+            raise VeriliveError(outcome.message, code=outcome.code)
+        return JSONResponse(client_answer(outcome.probability, outcome.face_probability))
 
     return router
