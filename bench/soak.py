@@ -75,6 +75,8 @@ class ServiceSoak:
     rss_first_mib: float  # first sample of the run, right after the server's own warm-up
     slope_mib_per_1k: float
     slope_mib_per_min: float
+    # The second half alone: warm-up steps (allocator arenas, caches) stop early, a leak does not.
+    slope_last_half_mib_per_1k: float
     p50_ms: float
     p99_ms: float
 
@@ -174,6 +176,7 @@ def summarise(service: str, samples: list[dict[str, float]], tally: Tally, warmu
     rss = np.array([p[f"{service}_rss"] for p in samples])
     n = np.array([p[f"{service}_n"] for p in samples])
     after = t >= warmup_s
+    late = t >= t[-1] / 2
     p50, p99 = np.percentile(tally.latencies, [50, 99]) if tally.latencies else (float("nan"),) * 2
     return ServiceSoak(
         service=service,
@@ -186,6 +189,7 @@ def summarise(service: str, samples: list[dict[str, float]], tally: Tally, warmu
         rss_first_mib=round(float(rss[0]), 1),
         slope_mib_per_1k=round(1000 * slope(n[after], rss[after]), 3),
         slope_mib_per_min=round(60 * slope(t[after], rss[after]), 3),
+        slope_last_half_mib_per_1k=round(1000 * slope(n[late], rss[late]), 3),
         p50_ms=round(float(p50), 1),
         p99_ms=round(float(p99), 1),
     )
@@ -262,16 +266,17 @@ def main() -> None:
     results = [summarise(s, samples, stats[s], args.warmup_s) for s in services]
     print(
         "| service | requests | statuses | 5xx | unexpected 200 | RSS first / after warm-up / end / max MiB "
-        "| slope MiB per 1k requests | slope MiB per min | p50 / p99 ms |"
+        "| slope MiB per 1k requests | slope MiB per min | slope, last half, MiB per 1k | p50 / p99 ms |"
     )
-    print("|---|---:|---|---:|---:|---|---:|---:|---|")
+    print("|---|---:|---|---:|---:|---|---:|---:|---:|---|")
     for r in results:
         st = ", ".join(f"{k}: {v}" for k, v in r.statuses.items())
         five = sum(v for k, v in r.statuses.items() if k.startswith("5") or k == "transport")
         print(
             f"| {r.service} | {r.requests} | {st} | {five} | {r.unexpected} | {r.rss_first_mib:.0f} / "
             f"{r.rss_start_mib:.0f} / {r.rss_end_mib:.0f} / {r.rss_max_mib:.0f} | "
-            f"{r.slope_mib_per_1k:+.2f} | {r.slope_mib_per_min:+.2f} | {r.p50_ms:.0f} / {r.p99_ms:.0f} |"
+            f"{r.slope_mib_per_1k:+.2f} | {r.slope_mib_per_min:+.2f} | {r.slope_last_half_mib_per_1k:+.2f} | "
+            f"{r.p50_ms:.0f} / {r.p99_ms:.0f} |"
         )
     loads = [pt["load1"] for pt in samples]
     print(f"1-min load average during the run: min {min(loads):.2f}, max {max(loads):.2f}")
