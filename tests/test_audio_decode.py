@@ -6,6 +6,7 @@ import contextlib
 import io
 import math
 import struct
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -650,3 +651,26 @@ def test_real_speech_as_wav_and_resampled() -> None:
     # Speech energy survives resampling: the 16 kHz copy keeps nearly all of the signal power
     # (speech has little energy above 8 kHz).
     assert float(np.mean(at16**2)) == pytest.approx(float(np.mean(audio.mono() ** 2)), rel=0.1)
+
+
+@pytest.fixture
+def small_sample_budget(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    from verilive.config import get_settings
+
+    monkeypatch.setenv("VERILIVE_MAX_AUDIO_SAMPLES", "40000")
+    get_settings.cache_clear()  # settings are read once per process
+    yield
+    monkeypatch.undo()
+    get_settings.cache_clear()
+
+
+@pytest.mark.usefixtures("small_sample_budget")
+def test_decoded_sample_budget() -> None:
+    mono = sine(440, 16000, 2.0)  # 32,000 samples: within the budget
+    assert decode_file(write(mono, 16000)).frames == 32000
+    stereo = np.stack([mono, mono], axis=1)  # 64,000 samples: over it, refused from the header
+    with pytest.raises(PayloadTooLarge) as info:
+        decode_file(write(stereo, 16000))
+    assert info.value.code == "AUDIO_TOO_LONG" and "64000 samples" in info.value.message
+    with pytest.raises(PayloadTooLarge):
+        decode_pcm16(np.zeros(48000, "<i2").tobytes(), 16000)

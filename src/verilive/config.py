@@ -82,6 +82,11 @@ class Settings(BaseSettings):
     max_audio_seconds: float = Field(
         4 * 3600.0, gt=0, description="Longest decoded audio accepted, in seconds."
     )
+    max_audio_samples: int = Field(
+        2**27,
+        gt=0,
+        description="Most decoded samples (frames x channels) per request: bounds memory (4 bytes each).",
+    )
 
     # --- production workers (docs/deployment.md) ---
     workers: int = Field(1, ge=1, le=64, description="Worker processes per service (about one per core).")

@@ -208,13 +208,29 @@ def _resolve_limit(max_seconds: float | None) -> float:
     return float(max_seconds)
 
 
-def _check_duration(frames: int, rate: int, limit: float) -> None:
+def _check_duration(
+    frames: int, rate: int, limit: float, channels: int = 1, budget: int | None = None
+) -> None:
     seconds = frames / rate
     if seconds > limit:
         raise PayloadTooLarge(
             f"the audio is {seconds:.2f} s long, longer than the {limit:g} s limit",
             code="AUDIO_TOO_LONG",
         )
+    # Memory, not time: a tiny compressed file can decode to gigabytes of samples.
+    budget = _sample_budget() if budget is None else budget
+    if frames * channels > budget:
+        raise PayloadTooLarge(
+            f"the audio decodes to {frames * channels} samples ({seconds:.0f} s x {channels} channel(s) at "
+            f"{rate} Hz), more than the {budget} samples allowed per request",
+            code="AUDIO_TOO_LONG",
+        )
+
+
+def _sample_budget() -> int:
+    from verilive.config import get_settings
+
+    return int(get_settings().max_audio_samples)
 
 
 def _media_type(content_type: str | None) -> str:
@@ -299,7 +315,7 @@ def _read_file(
             if header_frames <= 0:
                 raise AudioDecodeError("the audio file contains no samples (0 frames)")
             # Cheap check from the header before any sample is decoded.
-            _check_duration(header_frames, rate, limit)
+            _check_duration(header_frames, rate, limit, channels)
             int_path = want_int16 and subtype in _INTEGER_CODED_SUBTYPES
             samples = _read_blocks(f, "int16" if int_path else "float32", rate, limit)
     except (AudioDecodeError, PayloadTooLarge):
@@ -326,13 +342,14 @@ def _read_blocks(f: sf.SoundFile, dtype: str, rate: int, limit: float) -> np.nda
     block_frames = max(1, _BLOCK_SAMPLES // f.channels)
     blocks: list[np.ndarray] = []
     total = 0
+    budget = _sample_budget()
     while True:
         block = f.read(block_frames, dtype=dtype, always_2d=True)
         if block.shape[0] == 0:
             break
         blocks.append(block)
         total += block.shape[0]
-        _check_duration(total, rate, limit)  # the header count was checked; this is a backstop
+        _check_duration(total, rate, limit, f.channels, budget)  # header was checked; a backstop
         if block.shape[0] < block_frames:
             break
     if not blocks:

@@ -66,6 +66,8 @@ CALIBRATION_OFFSETS: dict[Calibration, float] = {
     Calibration.SOFT: 1.5,
     Calibration.HARDENED: -1.5,
 }
+# Images of a batch whose crops go through the models together.
+CHUNK = 32
 # Live probabilities are clipped before the logit so that the score stays finite.
 P_EPS = 1e-6
 
@@ -142,10 +144,13 @@ class ImageResult:
 
 @dataclass(frozen=True)
 class _Checked:
-    """A decoded image with its validated face, ready for the models."""
+    """A validated face, ready for the models: its 80x80 crop for each model, cut while the image
+    was in memory, so that a batch never holds more decoded images than the pool has workers."""
 
-    image: DecodedImage
+    width: int
+    height: int
     face: Face
+    crops: dict[str, np.ndarray]  # model id -> (80, 80, 3) uint8 BGR
     quality: float
     details: dict[str, float]
 
@@ -307,7 +312,9 @@ class FaceEngine:
             "quality_pose": q.pose,
             "quality_occlusion": q.occlusion,
         }
-        return _Checked(image, face, float(q.overall), details)
+        box = face_xywh(face)
+        crops = {mid: model.crop(img, box) for mid, model in self.models.items()}
+        return _Checked(image.width, image.height, face, crops, float(q.overall), details)
 
     # ------------------------------------------------------------------ liveness
 
@@ -319,7 +326,7 @@ class FaceEngine:
         p_live = np.zeros(len(checked))
         for model_id in PIPELINE_MODELS[pipeline]:
             model = self.models[model_id]
-            crops = np.stack([model.crop(c.image.bgr, face_xywh(c.face)) for c in checked])
+            crops = np.stack([c.crops[model_id] for c in checked])
             logits = model.logits(crops)
             z = logits - logits.max(axis=1, keepdims=True)
             p = np.exp(z) / np.exp(z).sum(axis=1, keepdims=True)
@@ -341,29 +348,30 @@ class FaceEngine:
         domain: Domain = Domain.GENERAL,
     ) -> list[ImageResult]:
         """One result per image (a batch). Decoding, detection and validation run on the pool; the
-        models then run once per model on all valid images together."""
+        models then run once per model on the crops of each chunk of ``CHUNK`` images. Only the pool's
+        workers hold decoded images (one each), however large the batch."""
         t0 = time.perf_counter()
-        prepared = list(self._pool.map(lambda d: self._prepare(d, domain), images))
-        checked = [p for p in prepared if isinstance(p, _Checked)]
-        raw = self.raw_scores(checked, pipeline)
         offset = CALIBRATION_OFFSETS[calibration]
-        it = iter(raw)
         out: list[ImageResult] = []
-        for p in prepared:
-            if isinstance(p, _Checked):
+        for c0 in range(0, len(images), CHUNK):
+            prepared = list(self._pool.map(lambda d: self._prepare(d, domain), images[c0 : c0 + CHUNK]))
+            checked = [p for p in prepared if isinstance(p, _Checked)]
+            it = iter(self.raw_scores(checked, pipeline))
+            for p in prepared:
+                if not isinstance(p, _Checked):
+                    out.append(p)
+                    continue
                 s = float(next(it))
                 out.append(
                     ImageResult(
                         score=s,
                         probability=sigmoid(s + offset),
                         quality=p.quality,
-                        width=p.image.width,
-                        height=p.image.height,
+                        width=p.width,
+                        height=p.height,
                         details=p.details,
                     )
                 )
-            else:
-                out.append(p)
         per_image = 1000.0 * (time.perf_counter() - t0) / max(1, len(images))
         for r in out:
             r.latency_ms = per_image
