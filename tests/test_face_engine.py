@@ -187,8 +187,8 @@ def test_calibration_offsets_order_the_probabilities(engine: FaceEngine, shared_
 
 def test_batch_equals_single(engine: FaceEngine, shared_dir: Path) -> None:
     datas = [(shared_dir / PAD / n).read_bytes() for n in ("image_T1.jpg", "image_F2.jpg", "image_T2.jpg")]
-    batch = engine.check_images([*datas, b"junk"])
-    for data, r in zip(datas, batch, strict=False):
+    batch = engine.check_images([*datas, *datas, b"junk"])  # 6 valid: the models' batch is split
+    for data, r in zip(datas + datas, batch, strict=False):
         assert r.score == pytest.approx(engine.check(data).score, abs=1e-4)
     assert batch[-1].error_code == ErrorCode.FAILED_TO_READ_IMAGE
 

@@ -210,7 +210,8 @@ class FaceEngine:
         self.models = models
         self.validation = validation
         self.max_pixels = max_pixels
-        self._pool = ThreadPoolExecutor(max_workers=max(1, workers), thread_name_prefix="face")
+        self.workers = max(1, workers)
+        self._pool = ThreadPoolExecutor(max_workers=self.workers, thread_name_prefix="face")
 
     @classmethod
     def from_registry(cls, registry: ModelRegistry, settings: Settings) -> FaceEngine:
@@ -333,6 +334,16 @@ class FaceEngine:
             p_live += p[:, 1]
         return _logit(p_live / len(PIPELINE_MODELS[pipeline]))
 
+    def _scores_in_parallel(self, checked: list[_Checked], pipeline: str) -> np.ndarray:
+        """:meth:`raw_scores`, the batch split across the pool's workers (each session runs on one
+        intra-op thread, so two halves keep both cores busy)."""
+        workers = self.workers
+        if len(checked) < 2 * workers:
+            return self.raw_scores(checked, pipeline)
+        step = -(-len(checked) // workers)
+        parts = [checked[i : i + step] for i in range(0, len(checked), step)]
+        return np.concatenate(list(self._pool.map(lambda part: self.raw_scores(part, pipeline), parts)))
+
     def _prepare(self, data: bytes, domain: Domain) -> _Checked | ImageResult:
         try:
             image = decode_image(data, self.max_pixels)
@@ -356,7 +367,7 @@ class FaceEngine:
         for c0 in range(0, len(images), CHUNK):
             prepared = list(self._pool.map(lambda d: self._prepare(d, domain), images[c0 : c0 + CHUNK]))
             checked = [p for p in prepared if isinstance(p, _Checked)]
-            it = iter(self.raw_scores(checked, pipeline))
+            it = iter(self._scores_in_parallel(checked, pipeline))
             for p in prepared:
                 if not isinstance(p, _Checked):
                     out.append(p)
