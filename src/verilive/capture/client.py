@@ -86,7 +86,7 @@ def new_nonce() -> str:
 def build_bundle(
     public_key_b64: str,
     key_id: str | None,
-    image: bytes | Path,
+    image: bytes | str | Path,
     *,
     context: dict[str, Any] | None = None,
     environment: dict[str, Any] | None = None,
@@ -105,7 +105,7 @@ def build_bundle(
     and, under ``"sizes"``, sizes: it exists only to test tamper detection.
     """
     _, der = load_public_key_b64(public_key_b64)  # fail on a bad key before any image work
-    data = Path(image).read_bytes() if isinstance(image, Path) else bytes(image)
+    data = Path(image).read_bytes() if isinstance(image, str | Path) else bytes(image)
     decoded = decode_image(data)
     if decoded.format != "JPEG":
         data = _encode_jpeg(decoded.bgr, IMAGE_QUALITY)
@@ -170,11 +170,11 @@ class CaptureClient:
     def set_external_data(self, external_data: str) -> None:
         self._external = external_data
 
-    def capture(self, image: bytes | Path) -> dict[str, bytes]:
+    def capture(self, image: bytes | str | Path) -> dict[str, bytes]:
         """Encrypt one capture: ``{"photo": small JPEG, "encryptedFile": bundle}``."""
         if self._key is None:
             raise ValueError("call set_encryption_key before capture")
-        data = Path(image).read_bytes() if isinstance(image, Path) else bytes(image)
+        data = Path(image).read_bytes() if isinstance(image, str | Path) else bytes(image)
         photo = make_photo(decode_image(data).bgr)
         bundle = build_bundle(
             self._key,
