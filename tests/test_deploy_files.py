@@ -236,12 +236,9 @@ def test_nginx_routes_each_port_to_its_service(nginx_conf: str) -> None:
 
 def _nginx() -> str | None:
     if shutil.which("nginx") is None and os.geteuid() == 0 and shutil.which("apt-get"):
-        subprocess.run(
-            ["apt-get", "install", "-y", "-qq", "nginx-light"],
-            capture_output=True,
-            timeout=300,
-            env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"},
-        )
+        from tests.servers import nginx_binary  # apt-get update + install, as the other servers
+
+        return nginx_binary()
     return shutil.which("nginx")
 
 
