@@ -21,6 +21,7 @@ from typing import Any, cast
 import numpy as np
 import pytest
 import soundfile as sf
+from scipy.signal import stft
 
 from verilive.audio import Audio, resample
 from verilive.config import Settings
@@ -35,6 +36,7 @@ from verilive.voice.antispoof import (
     features,
     log_spectrogram,
 )
+from verilive.voice.utterance_cues import FEATURE_NAMES, utterance_features
 from verilive.voice.vad import MODEL_ID, SileroVad
 
 VOICE = "data/voice"
@@ -89,17 +91,20 @@ def espeak_ng() -> str:
 # ------------------------------------------------------------------------------------- the model
 
 
-def test_committed_model_is_small_and_consistent(anti: AntiSpoof) -> None:
+def test_committed_model_is_small_and_consistent(anti: AntiSpoof, shared_dir: Path) -> None:
     assert MODEL.stat().st_size < 2 * 1024 * 1024
     assert anti.meta["classes"] == list(CLASSES)
     assert FrontEnd(**anti.meta["frontend"]) == anti.frontend == FrontEnd()
     # the held-out speakers the tests rely on are recorded with the model
     assert any(s.startswith("libri-") for s in anti.meta["test_speakers"])
     assert any(s.startswith("arctic-") for s in anti.meta["test_speakers"])
-    # any length of spectrogram gives four logits
+    assert anti.meta["cues"] == list(FEATURE_NAMES)
+    # any length of spectrogram gives four logits, with cues measured, unmeasurable (NaN) or absurd
+    cues = utterance_features(load(shared_dir / VOICE / "librispeech_251spk_gender/103-1240-0000.flac")[0])
     for frames in (MIN_FRAMES, 333, 1200):
-        z = anti.logits(np.zeros((2, FrontEnd().bins, frames), np.float32) - 40)
-        assert z.shape == (4,) and np.all(np.isfinite(z))
+        for c in (cues, np.full(len(FEATURE_NAMES), np.nan), np.full(len(FEATURE_NAMES), 1e30)):
+            z = anti.logits(np.zeros((2, FrontEnd().bins, frames), np.float32) - 40, c)
+            assert z.shape == (4,) and np.all(np.isfinite(z))
 
 
 def test_features_are_level_invariant_and_trimmed() -> None:
@@ -182,6 +187,29 @@ def test_separates_held_out_bona_fide_from_spoofs(
         for r in esp
     ]
     assert tts_top.count("tts") >= 4, tts_top
+
+
+def test_separates_phase_reconstruction_from_its_source(
+    anti: AntiSpoof, shared_dir: Path, held_out: list[str]
+) -> None:
+    """Griffin-Lim keeps the magnitude spectrogram of held-out bona fide speech and loses its phase;
+    the utterance cues (relative harmonic phase) must see it: each resynthesis scores below its
+    own source."""
+    from train.antispoof_data import griffin_lim
+
+    rng = np.random.default_rng(7)
+    pairs = []
+    for x, sr in _bona_fide(shared_dir, held_out)[:8]:
+        x16 = resample(x, sr, 16000)
+        _, _, spec = stft(x16, 16000, "hann", 512, 512 - 128)
+        y = griffin_lim(np.abs(spec), 512, 128, 32, rng)[: x16.size].astype(np.float32)
+        y *= np.abs(x16).max() / (np.abs(y).max() + 1e-9)
+        pairs.append((anti.evaluate(audio(x16, 16000)), anti.evaluate(audio(y, 16000))))
+    src = np.array([cast(float, a.score) for a, _ in pairs])
+    gl = np.array([cast(float, b.score) for _, b in pairs])
+    assert np.sum(gl < src) >= 7, (src, gl)
+    assert np.median(gl) < 0.5 < np.median(src), (src, gl)
+    assert np.median([cast(float, b.scoreVc) for _, b in pairs]) > 0.5  # taken for VC, not replay/TTS
 
 
 def test_outputs_are_probabilities(anti: AntiSpoof, shared_dir: Path, held_out: list[str]) -> None:

@@ -46,6 +46,7 @@ import soundfile as sf
 
 from train.antispoof_data import DEFAULT_CACHE, Clip, read_manifest
 from verilive.voice.antispoof import CLASSES, MODEL_FILE, SR, FrontEnd, features
+from verilive.voice.utterance_cues import FEATURE_NAMES, utterance_features
 
 REPO = Path(__file__).resolve().parents[1]
 OUT_MODEL = REPO / "src" / "verilive" / "voice" / MODEL_FILE
@@ -124,6 +125,45 @@ class Data:
     lab: np.ndarray
     gen: np.ndarray
     split: dict[str, str]
+    cues: np.ndarray | None = None  # (clips, len(FEATURE_NAMES)) utterance cues
+
+
+def subclass_of(label: str, generator: str) -> str:
+    """Training target: the generator (NII vocoders merged); the network's outputs are summed per
+    class, so one class can hold spoofs whose cues point in opposite directions (WORLD, Griffin-Lim)."""
+    if label == "bonafide":
+        return "bonafide"
+    return "nii" if generator.startswith("nii-") else generator
+
+
+def subclasses(d: Data) -> list[tuple[str, str]]:
+    """(subclass, class) pairs, in class order."""
+    pairs = {(subclass_of(lab, g), str(lab)) for lab, g in zip(d.lab, d.gen, strict=True)}
+    return sorted(pairs, key=lambda p: (CLASSES.index(p[1]), p[0]))
+
+
+def _cue_worker(path: str) -> np.ndarray:
+    x, sr = sf.read(path, dtype="float32")
+    assert sr == SR
+    return utterance_features(x)
+
+
+def load_cues(cache: Path, clips: list[Clip], workers: int = 2) -> np.ndarray:
+    """Utterance cues of every clip (the runtime function), cached in ``<cache>/cues.npz``."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    store = cache / "cues.npz"
+    ids = [c.id for c in clips]
+    if store.exists():
+        with np.load(store, allow_pickle=False) as z:
+            if list(z["ids"]) == ids and list(z["names"]) == list(FEATURE_NAMES):
+                return z["X"]
+    t = time.time()
+    with ProcessPoolExecutor(workers) as ex:
+        x = np.stack(list(ex.map(_cue_worker, [str(cache / c.path) for c in clips], chunksize=16)))
+    np.savez(store, ids=np.array(ids), names=np.array(FEATURE_NAMES), X=x)
+    print(f"utterance cues of {len(clips)} clips in {time.time() - t:.0f} s", flush=True)
+    return x
 
 
 def load_data(cache: Path, extract: Callable[[np.ndarray], np.ndarray], name: str, min_frames: int) -> Data:
@@ -239,9 +279,18 @@ def ood_table(
 # ------------------------------------------------------------------------------------- LCNN
 
 
-def build_net(mean: np.ndarray, std: np.ndarray) -> Any:
+def build_net(mean: np.ndarray, std: np.ndarray, cues: np.ndarray, sub_class: list[int]) -> Any:
+    """LCNN on the spectrogram plus a small branch on the utterance cues (``cues``: training rows,
+    for the NaN fill and the standardisation folded into the network). ``sub_class[j]``: the class
+    of output unit j; class logits are the log-sum-exp of their units, then calibrated."""
     import torch
     from torch import nn
+
+    med = np.nanmedian(cues, axis=0)
+    filled = np.where(np.isnan(cues), med, cues)
+    c_mean, c_std = filled.mean(axis=0), filled.std(axis=0) + 1e-6
+    member = np.zeros((len(sub_class), len(CLASSES)), np.float32)
+    member[np.arange(len(sub_class)), sub_class] = 1.0
 
     class MFM(nn.Module):
         """Max-feature-map: the element-wise max of the two halves of the channels."""
@@ -255,6 +304,11 @@ def build_net(mean: np.ndarray, std: np.ndarray) -> Any:
             super().__init__()
             self.register_buffer("mean", torch.tensor(mean, dtype=torch.float32).view(1, 2, -1, 1))
             self.register_buffer("std", torch.tensor(std, dtype=torch.float32).view(1, 2, -1, 1))
+            self.register_buffer("c_med", torch.tensor(med, dtype=torch.float32).view(1, -1))
+            self.register_buffer("c_mean", torch.tensor(c_mean, dtype=torch.float32).view(1, -1))
+            self.register_buffer("c_std", torch.tensor(c_std, dtype=torch.float32).view(1, -1))
+            self.register_buffer("member", torch.tensor(member))
+            self.cue_drop = 0.0  # training: probability of hiding a clip's cues (as if unmeasurable)
             # A strided first layer and early pooling keep it cheap (~27 M multiply-adds per 2 s).
             self.body = nn.Sequential(
                 nn.Conv2d(2, 24, 5, stride=2, padding=2), MFM(), nn.MaxPool2d(2),
@@ -262,9 +316,11 @@ def build_net(mean: np.ndarray, std: np.ndarray) -> Any:
                 nn.Conv2d(16, 48, 3, padding=1), MFM(), nn.BatchNorm2d(24), nn.MaxPool2d(2),
                 nn.Conv2d(24, 64, 3, padding=1), MFM(), nn.BatchNorm2d(32),
             )  # fmt: skip
-            self.head = nn.Sequential(
-                nn.Dropout(0.4), nn.Linear(32 * 16 * 2, 80), MFM(), nn.Dropout(0.2), nn.Linear(40, 4)
+            self.head = nn.Sequential(nn.Dropout(0.4), nn.Linear(32 * 16 * 2, 80), MFM())
+            self.cue_branch = nn.Sequential(
+                nn.Linear(len(med), 64), nn.ReLU(), nn.Dropout(0.2), nn.Linear(64, 32), nn.ReLU()
             )
+            self.out = nn.Sequential(nn.Dropout(0.2), nn.Linear(40 + 32, len(sub_class)))
             self.cal = nn.Linear(4, 4)
             with torch.no_grad():
                 self.cal.weight.copy_(torch.eye(4))
@@ -275,8 +331,20 @@ def build_net(mean: np.ndarray, std: np.ndarray) -> Any:
             h = h.flatten(1, 2)
             return torch.cat([h.mean(dim=2), h.std(dim=2)], dim=1)
 
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            return self.cal(self.head(self.embed(x)))
+        def sub_logits(self, x: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+            c = torch.where(torch.isnan(c), self.c_med, c)
+            if self.training and self.cue_drop > 0:
+                hide = torch.rand(c.shape[0], 1) < self.cue_drop
+                c = torch.where(hide, self.c_med.expand_as(c), c)
+            c = torch.clamp((c - self.c_mean) / self.c_std, -6.0, 6.0)  # odd input stays in range
+            return self.out(torch.cat([self.head(self.embed(x)), self.cue_branch(c)], dim=1))
+
+        def class_logits(self, z: torch.Tensor) -> torch.Tensor:
+            top = z.max(dim=1, keepdim=True).values
+            return torch.log(torch.exp(z - top) @ self.member + 1e-30) + top
+
+        def forward(self, x: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+            return self.cal(self.class_logits(self.sub_logits(x, c)))
 
     return LCNN()
 
@@ -331,14 +399,20 @@ def train_net(d: Data, tr: np.ndarray, cfg: TrainConfig, seed: int, log: str = "
 
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
+    assert d.cues is not None
     sub = rng.choice(tr, size=min(len(tr), 400), replace=False)
     allf = np.concatenate([d.feats[i].astype(np.float32) for i in sub], axis=2)
-    net = build_net(allf.mean(axis=2), allf.std(axis=2) + 1e-3)
+    subs = subclasses(d)
+    names = [s for s, _ in subs]
+    net = build_net(
+        allf.mean(axis=2), allf.std(axis=2) + 1e-3, d.cues[tr], [CLASSES.index(c) for _, c in subs]
+    )
+    net.cue_drop = 0.1
     opt = torch.optim.AdamW(net.parameters(), lr=cfg.lr, weight_decay=1e-3)
     total = cfg.epochs * cfg.steps_per_epoch
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=cfg.lr, total_steps=total, pct_start=0.15)
     w = sample_weights(d, tr)
-    y_all = np.array([CLASSES.index(x) for x in d.lab])
+    y_all = np.array([names.index(subclass_of(lab, g)) for lab, g in zip(d.lab, d.gen, strict=True)])
     loss_fn = torch.nn.CrossEntropyLoss(label_smoothing=0.05)
     t = time.time()
     net.train()
@@ -347,13 +421,14 @@ def train_net(d: Data, tr: np.ndarray, cfg: TrainConfig, seed: int, log: str = "
         for _ in range(cfg.steps_per_epoch):
             picks = rng.choice(tr, size=cfg.batch, p=w)
             x = torch.from_numpy(crop_batch(d.feats, picks, cfg.crop, rng, augment=True))
+            c = torch.from_numpy(d.cues[picks].astype(np.float32))
             y = torch.from_numpy(y_all[picks])
             opt.zero_grad()
-            loss = loss_fn(net(x), y)
+            loss = loss_fn(net.sub_logits(x, c), y)
             loss.backward()
             opt.step()
             sched.step()
-            run += float(loss)
+            run += loss.item()
         print(
             f"  {log}epoch {ep + 1}/{cfg.epochs} loss {run / cfg.steps_per_epoch:.3f} "
             f"({time.time() - t:.0f} s)",
@@ -363,9 +438,12 @@ def train_net(d: Data, tr: np.ndarray, cfg: TrainConfig, seed: int, log: str = "
     return net
 
 
-def predict(net: Any, feats: list[np.ndarray], idx: np.ndarray, max_frames: int = 800) -> np.ndarray:
+def predict(net: Any, d: Data, idx: np.ndarray, max_frames: int = 800) -> np.ndarray:
     """Logits of whole clips (the first ``max_frames``), batched by equal length."""
     import torch
+
+    assert d.cues is not None
+    feats = d.feats
 
     out = np.zeros((len(idx), 4))
     lengths = np.array([min(feats[i].shape[2], max_frames) for i in idx])
@@ -375,7 +453,8 @@ def predict(net: Any, feats: list[np.ndarray], idx: np.ndarray, max_frames: int 
             for s in range(0, len(pos), 32):
                 p = pos[s : s + 32]
                 x = np.stack([feats[idx[k]][:, :, :n] for k in p]).astype(np.float32)
-                out[p] = net(torch.from_numpy(x)).numpy()
+                c = d.cues[idx[p]].astype(np.float32)
+                out[p] = net(torch.from_numpy(x), torch.from_numpy(c)).numpy()
     return out
 
 
@@ -397,9 +476,10 @@ def export(net: Any, fe: FrontEnd, meta: dict[str, Any], path: Path) -> None:
     import torch
 
     x = torch.zeros(1, 2, fe.bins, 300)
+    c = torch.zeros(1, len(FEATURE_NAMES))
     tmp = path.with_suffix(".tmp.onnx")
     torch.onnx.export(
-        net, (x,), str(tmp), input_names=["features"], output_names=["logits"],
+        net, (x, c), str(tmp), input_names=["features", "cues"], output_names=["logits"],
         dynamic_axes={"features": {3: "frames"}}, opset_version=17, dynamo=False,
     )  # fmt: skip
     model = onnx.load(str(tmp))
@@ -416,6 +496,7 @@ def run_lcnn(cache: Path, logo: bool, logo_epochs: int, write: bool, logo_only: 
     t0 = time.time()
     fe = FrontEnd()
     d = load_data(cache, lambda x: features(x, fe).astype(np.float16), "feats2", 50)
+    d.cues = load_cues(cache, d.clips)
     tr, va, te, ood = (np.flatnonzero(d.part == p) for p in ("train", "val", "test", "ood"))
     out = Report()
     if not logo_only:
@@ -426,11 +507,11 @@ def run_lcnn(cache: Path, logo: bool, logo_epochs: int, write: bool, logo_only: 
         from verilive.voice.antispoof import AntiSpoof
 
         shipped = AntiSpoof(OUT_MODEL)
-        lt = np.stack([shipped.logits(d.feats[i].astype(np.float32)) for i in te])
+        lt = np.stack([shipped.logits(d.feats[i].astype(np.float32), d.cues[i]) for i in te])
     else:
         net = train_net(d, tr, cfg, SEED)
-        calibrate(net, predict(net, d.feats, va), d.lab[va])
-        lt, lo = predict(net, d.feats, te), predict(net, d.feats, ood)
+        calibrate(net, predict(net, d, va), d.lab[va])
+        lt, lo = predict(net, d, te), predict(net, d, ood)
         out(f"## In-domain EER (held-out speakers; score = calibrated P(bona fide)); {cfg.epochs} epochs\n")
         in_domain_tables(d, te, lt, out)
         out("## Unseen-domain bona fide (Debian speech packages, never trained on)\n")
@@ -439,6 +520,7 @@ def run_lcnn(cache: Path, logo: bool, logo_epochs: int, write: bool, logo_only: 
         if write:
             meta = {
                 "frontend": asdict(fe), "classes": list(CLASSES), "seed": SEED, "epochs": cfg.epochs,
+                "cues": list(FEATURE_NAMES), "subclasses": [s for s, _ in subclasses(d)],
                 "test_speakers": sorted(s for s, p in d.split.items() if p == "test"),
             }  # fmt: skip
             export(net, fe, meta, OUT_MODEL)
@@ -459,14 +541,14 @@ def run_lcnn(cache: Path, logo: bool, logo_epochs: int, write: bool, logo_only: 
         lcfg = TrainConfig(epochs=logo_epochs)
         # control: the same short schedule with every generator seen (held-out speakers only)
         ctl = train_net(d, tr, lcfg, SEED + 1, log="[control] ")
-        ctl_te = bona_logodds(predict(ctl, d.feats, te))
+        ctl_te = bona_logodds(predict(ctl, d, te))
         ctl_bona = ctl_te[d.lab[te] == "bonafide"]
         for g in sorted(set(d.gen[d.lab != "bonafide"])):
             gi = np.flatnonzero(d.gen == g)
             keep = tr[d.gen[tr] != g]
             m = train_net(d, keep, lcfg, SEED + 1, log=f"[-{g}] ")
-            bona = bona_logodds(predict(m, d.feats, bona_te))
-            sp = bona_logodds(predict(m, d.feats, gi))
+            bona = bona_logodds(predict(m, d, bona_te))
+            sp = bona_logodds(predict(m, d, gi))
             e = eer(bona, sp)
             e_in = eer(ctl_bona, ctl_te[d.gen[te] == g])
             rows.append((str(d.lab[gi[0]]), g, e, e_in))
@@ -510,8 +592,9 @@ def check_export(net: Any, d: Data, idx: np.ndarray) -> None:
     from verilive.voice.antispoof import AntiSpoof
 
     a = AntiSpoof(OUT_MODEL)
-    ref = predict(net, d.feats, idx, max_frames=10**6)
-    got = np.stack([a.logits(d.feats[i].astype(np.float32)) for i in idx])
+    assert d.cues is not None
+    ref = predict(net, d, idx, max_frames=10**6)
+    got = np.stack([a.logits(d.feats[i].astype(np.float32), d.cues[i]) for i in idx])
     err = float(np.abs(ref - got).max())
     print(f"ONNX vs torch: max |logit difference| {err:.2e}")
     assert err < 1e-3

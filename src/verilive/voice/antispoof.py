@@ -1,7 +1,8 @@
 """Voice anti-spoofing: is this speech a live human (bona fide) or a replay, TTS or voice conversion?
 
 Runtime is numpy + onnxruntime. The model is a light CNN in the style of the ASVspoof 2019 LCNN
-baseline (max-feature-map convolutions over a log-power spectrogram and a group-delay map), trained by
+baseline (max-feature-map convolutions over a log-power spectrogram and a group-delay map) with a
+second, small branch on utterance-level excitation and phase cues; it is trained by
 ``train/antispoof.py`` on data built by ``train/antispoof_data.py`` and exported to ONNX with its
 input normalisation and its calibration folded in (docs/antispoof.md):
 
@@ -9,9 +10,12 @@ input normalisation and its calibration folded in (docs/antispoof.md):
    (31 Hz to 8 kHz); two channels: log power in dB relative to the loudest frame (so the recording
    level carries no information) and the squashed group delay (phase structure); leading and
    trailing stretches quieter than ``trim_db`` below the loudest frame are dropped;
-2. the network maps the (1, 2, 256, frames) features to four calibrated logits (bona fide,
-   replay, TTS, VC); a softmax gives ``score`` = P(bona fide) and ``scoreReplay``, ``scoreTts``,
-   ``scoreVc`` = P(each attack class), which sum to 1.
+2. utterance cues (:mod:`verilive.voice.utterance_cues`): 32 statistics of voicing, relative
+   harmonic phase (RPS), instantaneous-frequency consistency, band flatness and modulation, which
+   show the resynthesis (vocoders, Griffin-Lim) that keeps the magnitude spectrum intact;
+3. the network maps the (1, 2, 256, frames) features and the (1, 32) cues to four calibrated
+   logits (bona fide, replay, TTS, VC); a softmax gives ``score`` = P(bona fide) and
+   ``scoreReplay``, ``scoreTts``, ``scoreVc`` = P(each attack class), which sum to 1.
 
 Input that cannot be judged (no audio, clipped, no speech, less than ``MIN_SPEECH_S`` of speech)
 gets only ``unsuitableInputMessage``, every score null.
@@ -31,6 +35,7 @@ import onnxruntime as ort
 
 from verilive.audio import Audio, resample
 from verilive.voice.schemas import AntispoofResult
+from verilive.voice.utterance_cues import FEATURE_NAMES, utterance_features
 
 if TYPE_CHECKING:
     from verilive.voice.engine import VoiceEngine
@@ -163,7 +168,8 @@ class AntiSpoof:
         classes = tuple(self.meta.get("classes", CLASSES))
         if classes != CLASSES:
             raise ValueError(f"unexpected anti-spoofing classes {classes}")
-        self.input_name = self.session.get_inputs()[0].name
+        if tuple(self.meta.get("cues", ())) != FEATURE_NAMES:
+            raise ValueError("the anti-spoofing model was trained on other utterance cues")
         self.vad = vad
 
     @classmethod
@@ -204,17 +210,20 @@ class AntiSpoof:
             )
         return None
 
-    def logits(self, feats: np.ndarray) -> np.ndarray:
-        """Calibrated logits (4,) of one (2, bins, frames) :func:`features` array."""
-        (out,) = self.session.run(None, {self.input_name: feats[None]})
+    def logits(self, feats: np.ndarray, cues: np.ndarray) -> np.ndarray:
+        """Calibrated logits (4,) of one (2, bins, frames) :func:`features` array and its (32,)
+        utterance cues (NaN where not measurable)."""
+        inputs = {"features": feats[None], "cues": np.asarray(cues, np.float32).reshape(1, -1)}
+        (out,) = self.session.run(None, inputs)
         return np.asarray(out[0], dtype=np.float64)
 
     def class_probabilities(self, wave: np.ndarray, sample_rate: int) -> np.ndarray | None:
         """P(bona fide, replay, TTS, VC) of a mono signal, without the suitability checks."""
-        feats = features(resample(wave, sample_rate, SR), self.frontend)
+        x = resample(wave, sample_rate, SR)[: int(self.frontend.max_seconds * SR)]
+        feats = features(x, self.frontend)
         if feats.shape[2] < MIN_FRAMES:
             return None
-        return _softmax(self.logits(feats))
+        return _softmax(self.logits(feats, utterance_features(x)))
 
     def evaluate(self, audio: Audio, speech_seconds: float | None = None) -> AntispoofResult:
         """Judge ``audio``. ``speech_seconds``: speech length already measured by the caller's VAD

@@ -1,0 +1,227 @@
+"""Utterance-level excitation and phase cues for voice anti-spoofing (numpy only).
+
+Resynthesis (a vocoder such as WORLD, or phase reconstruction such as Griffin-Lim) keeps the
+short-time magnitude of speech but not its phase, so a magnitude spectrogram barely shows it. These
+32 statistics of one utterance measure what it changes (docs/antispoof.md):
+
+* ``spec`` (6): spectral flatness of 4-8 kHz and 0.1-4 kHz, level of 4-8 kHz relative to 0-4 kHz;
+* ``exc`` (7): autocorrelation F0 and voicing (voiced fraction, voicing strength, an HNR-like
+  ratio, jitter, log-F0 spread, H1-H2);
+* ``rps`` (10): relative phase shift RPS_k = phi_k - k * phi_1 of harmonics 2..6: its stability
+  between adjacent voiced frames and its concentration over the utterance (a glottal pulse keeps
+  these phases in a fixed relation; Griffin-Lim loses it, a pulse-train vocoder makes it too rigid);
+* ``ifd`` (5): instantaneous-frequency deviation at the strongest spectral peaks (phase advance
+  between frames against the interpolated peak frequency): reconstructed phase is inconsistent;
+* ``mod`` (4): modulation spectrum of band energies, fast and mid against slow modulation.
+
+A value that cannot be measured (e.g. no voiced frames) is NaN; the model replaces it.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+
+__all__ = ["FEATURE_NAMES", "utterance_features"]
+
+SR = 16000
+N_FFT, HOP = 512, 128  # 32 ms Hann, 75 % overlap: phase advance per hop is unambiguous near peaks
+# 50 ms frames, 10 ms hop: the window-corrected autocorrelation is reliable up to about a third of
+# the window (Boersma), so the lowest F0 is 70 Hz (lag 229 of 800).
+F0_WIN, F0_HOP = 800, 160
+F0_MIN, F0_MAX = 70.0, 400.0
+VOICED_R = 0.45  # normalised autocorrelation peak above this: voiced (chosen on the validation speakers)
+OCTAVE_COST = 0.02  # per octave of lag (as in Boersma's tracker): prefer one period to two
+N_HARM = 6
+MAX_IFD_FRAMES = 300  # the IF deviation is sampled on at most this many frames per utterance
+
+FEATURE_NAMES: tuple[str, ...] = (
+    *("flat_hi_mean", "flat_hi_std", "flat_lo_mean", "hi_ratio_mean", "hi_ratio_std", "hi_ratio_p90"),
+    *("ifd_lo_median", "ifd_lo_wmean", "ifd_lo_frac_big", "ifd_hi_median", "ifd_hi_frac_big"),
+    *("mod_mid_lo", "mod_fast_lo", "mod_mid_hi", "mod_fast_hi"),
+    *("voiced_frac", "v_mean", "v_std", "hnr_mean", "jitter", "f0_logstd", "h1h2_mean"),
+    *(f"rps{k}_{s}" for k in range(2, N_HARM + 1) for s in ("stab", "conc")),
+)
+
+
+def princarg(p: np.ndarray) -> np.ndarray:
+    return np.angle(np.exp(1j * p))
+
+
+def frames(x: np.ndarray, win: int, hop: int) -> np.ndarray:
+    n = 1 + max(0, x.size - win) // hop
+    return np.lib.stride_tricks.as_strided(x, (n, win), (x.strides[0] * hop, x.strides[0]), writeable=False)
+
+
+def active(energy_db: np.ndarray, below: float) -> np.ndarray:
+    return energy_db > energy_db.max() - below
+
+
+def spec_features(p: np.ndarray, act: np.ndarray) -> dict[str, float]:
+    """Flatness and level of the upper band; ``p``: power (frames, bins) of active frames."""
+    lo, hi = p[act, 3:128], p[act, 128:256]  # ~100 Hz-4 kHz, 4-8 kHz
+    eps = 1e-12
+    flat_hi = np.exp(np.mean(np.log(hi + eps), axis=1)) / (np.mean(hi, axis=1) + eps)
+    flat_lo = np.exp(np.mean(np.log(lo + eps), axis=1)) / (np.mean(lo, axis=1) + eps)
+    ratio = 10 * np.log10((hi.sum(axis=1) + eps) / (lo.sum(axis=1) + eps))
+    return {
+        "flat_hi_mean": float(np.mean(flat_hi)),
+        "flat_hi_std": float(np.std(flat_hi)),
+        "flat_lo_mean": float(np.mean(flat_lo)),
+        "hi_ratio_mean": float(np.mean(ratio)),
+        "hi_ratio_std": float(np.std(ratio)),
+        "hi_ratio_p90": float(np.percentile(ratio, 90)),
+    }
+
+
+def ifd_features(spec: np.ndarray, act: np.ndarray) -> dict[str, float]:
+    """Phase-vocoder frequency vs interpolated peak frequency (in bins) at the strongest peaks."""
+    mag = np.log(np.abs(spec) + 1e-9)
+    phase = np.angle(spec)
+    t_idx = np.flatnonzero(act[1:] & act[:-1]) + 1  # frame t and t-1 both active
+    devs_lo: list[np.ndarray] = []
+    devs_hi: list[np.ndarray] = []
+    weights_lo: list[np.ndarray] = []
+    for t in t_idx[:: max(1, len(t_idx) // MAX_IFD_FRAMES)]:
+        m = mag[t]
+        k = np.flatnonzero((m[2:-2] > m[1:-3]) & (m[2:-2] >= m[3:-1]) & (m[2:-2] > m.max() - 3.0 * 2.3)) + 2
+        if k.size == 0:
+            continue
+        k = k[np.argsort(m[k])[::-1][:20]]
+        a, b, c = m[k - 1], m[k], m[k + 1]
+        den = a - 2 * b + c
+        delta = np.where(np.abs(den) > 1e-9, 0.5 * (a - c) / np.where(den == 0, 1, den), 0.0)
+        dphi = princarg(phase[t, k] - phase[t - 1, k] - 2 * np.pi * k * HOP / N_FFT)
+        f_phase = k + dphi * N_FFT / (2 * np.pi * HOP)
+        dev = np.abs(f_phase - (k + np.clip(delta, -0.5, 0.5)))
+        low = k < 128
+        devs_lo.append(dev[low])
+        devs_hi.append(dev[~low])
+        weights_lo.append(np.exp(b[low] - m.max()))
+    if not devs_lo:
+        return {
+            k: np.nan
+            for k in ("ifd_lo_median", "ifd_lo_wmean", "ifd_lo_frac_big", "ifd_hi_median", "ifd_hi_frac_big")
+        }
+    lo, hi, w = np.concatenate(devs_lo), np.concatenate(devs_hi), np.concatenate(weights_lo)
+    return {
+        "ifd_lo_median": float(np.median(lo)) if lo.size else np.nan,
+        "ifd_lo_wmean": float(np.sum(lo * w) / (np.sum(w) + 1e-12)) if lo.size else np.nan,
+        "ifd_lo_frac_big": float(np.mean(lo > 0.25)) if lo.size else np.nan,
+        "ifd_hi_median": float(np.median(hi)) if hi.size else np.nan,
+        "ifd_hi_frac_big": float(np.mean(hi > 0.25)) if hi.size else np.nan,
+    }
+
+
+def mod_features(p: np.ndarray, act: np.ndarray) -> dict[str, float]:
+    """Modulation spectrum of 7 band log energies over the active stretch (frame rate 125 Hz)."""
+    edges = [3, 16, 32, 64, 96, 128, 176, 256]  # ~100 Hz .. 8 kHz
+    idx = np.flatnonzero(act)
+    seg = p[idx[0] : idx[-1] + 1]
+    if seg.shape[0] < 64:
+        return {k: np.nan for k in ("mod_mid_lo", "mod_fast_lo", "mod_mid_hi", "mod_fast_hi")}
+    bands = np.stack([np.log(seg[:, a:b].sum(axis=1) + 1e-10) for a, b in itertools.pairwise(edges)])
+    bands -= bands.mean(axis=1, keepdims=True)
+    ms = np.abs(np.fft.rfft(bands * np.hanning(bands.shape[1]), axis=1)) ** 2
+    fr = np.fft.rfftfreq(bands.shape[1], HOP / SR)
+    slow = ms[:, (fr >= 1) & (fr < 4)].sum(axis=1) + 1e-10
+    mid = ms[:, (fr >= 4) & (fr < 16)].sum(axis=1) + 1e-10
+    fast = ms[:, (fr >= 16) & (fr < 40)].sum(axis=1) + 1e-10
+    return {
+        "mod_mid_lo": float(np.mean(np.log(mid[:4] / slow[:4]))),
+        "mod_fast_lo": float(np.mean(np.log(fast[:4] / slow[:4]))),
+        "mod_mid_hi": float(np.mean(np.log(mid[4:] / slow[4:]))),
+        "mod_fast_hi": float(np.mean(np.log(fast[4:] / slow[4:]))),
+    }
+
+
+def f0_track(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(frame start, F0 Hz, voicing strength) of 40 ms frames; normalised autocorrelation (Boersma's
+    correction for the window's own autocorrelation), parabolic peak interpolation."""
+    fr = frames(x, F0_WIN, F0_HOP)
+    w = np.hanning(F0_WIN)
+    n = 2048  # >= F0_WIN + the longest lag used: no circular wrap-around
+    xf = (fr - fr.mean(axis=1, keepdims=True)) * w
+    r = np.fft.irfft(np.abs(np.fft.rfft(xf, n, axis=1)) ** 2, n, axis=1)[:, :F0_WIN]
+    rw = np.fft.irfft(np.abs(np.fft.rfft(w, n)) ** 2, n)[:F0_WIN]
+    r = r / (r[:, :1] + 1e-12) / (rw / rw[0])
+    lo, hi = int(SR / F0_MAX), int(SR / F0_MIN)
+    seg = r[:, lo : hi + 1]
+    # Octave cost: a periodic signal correlates as well at two periods as at one; prefer the shorter lag.
+    k = np.argmax(seg - OCTAVE_COST * np.log2(np.arange(lo, hi + 1) / lo), axis=1) + lo
+    rows = np.arange(len(k))
+    a, b, c = r[rows, k - 1], r[rows, k], r[rows, np.minimum(k + 1, F0_WIN - 1)]
+    den = a - 2 * b + c
+    delta = np.clip(np.where(np.abs(den) > 1e-9, 0.5 * (a - c) / np.where(den == 0, 1, den), 0.0), -0.5, 0.5)
+    lag = k + delta
+    strength = np.clip(b - 0.25 * (a - c) * delta, 0, 1)
+    return np.arange(len(k)) * F0_HOP, SR / lag, strength
+
+
+def exc_rps_features(x: np.ndarray) -> dict[str, float]:
+    _, f0, v = f0_track(x)
+    fr = frames(x, F0_WIN, F0_HOP)
+    e = 10 * np.log10(np.mean(fr**2, axis=1) + 1e-12)
+    act = active(e, 35.0)
+    voiced = act & (v > VOICED_R)
+    out: dict[str, float] = {"voiced_frac": float(voiced.sum() / max(1, act.sum()))}
+    nan_keys = ["v_mean", "v_std", "hnr_mean", "jitter", "f0_logstd", "h1h2_mean"]
+    nan_keys += [f"rps{k}_stab" for k in range(2, N_HARM + 1)] + [
+        f"rps{k}_conc" for k in range(2, N_HARM + 1)
+    ]
+    if voiced.sum() < 5:
+        return out | {k: np.nan for k in nan_keys}
+    vv = v[voiced]
+    out["v_mean"] = float(vv.mean())
+    out["v_std"] = float(vv.std())
+    out["hnr_mean"] = float(np.mean(10 * np.log10(np.clip(vv, 1e-3, 0.999) / (1 - np.clip(vv, 1e-3, 0.999)))))
+    lf = np.log(f0)
+    pair = voiced[1:] & voiced[:-1]
+    dl = np.abs(np.diff(lf))[pair]
+    dl = dl[dl < 0.2]  # octave jumps are tracking errors, not jitter
+    out["jitter"] = float(np.median(dl)) if dl.size else np.nan
+    out["f0_logstd"] = float(np.std(lf[voiced]))
+    # RPS: harmonic phases at k*F0 by a direct DFT of the Hann-windowed frame; RPS_k = phi_k - k*phi_1
+    # does not depend on where the frame starts within the period, so plain 10 ms frames suffice.
+    vi = np.flatnonzero(voiced)
+    n = np.arange(F0_WIN)
+    ks = np.arange(1, N_HARM + 1)
+    xw = (fr[vi] - fr[vi].mean(axis=1, keepdims=True)) * np.hanning(F0_WIN)
+    # harmonic k: step**k (one exp, not six); single precision is ample for phases
+    step = np.exp((-2j * np.pi / SR) * f0[vi, None] * n[None, :]).astype(np.complex64)
+    hk = np.empty((vi.size, N_HARM), np.complex64)
+    term = xw.astype(np.complex64)
+    for j in range(N_HARM):
+        term *= step
+        hk[:, j] = term.sum(axis=1)
+    amp = np.abs(hk) + 1e-12
+    out["h1h2_mean"] = float(np.mean(20 * np.log10(amp[:, 0] / amp[:, 1])))
+    ph = np.angle(hk)
+    rps = princarg(ph[:, 1:] - ks[1:] * ph[:, :1])
+    consec = np.flatnonzero(np.diff(vi) == 1)  # pairs of adjacent voiced frames
+    for j, k in enumerate(range(2, N_HARM + 1)):
+        d = rps[consec + 1, j] - rps[consec, j]
+        out[f"rps{k}_stab"] = float(np.abs(np.mean(np.exp(1j * d)))) if consec.size else np.nan
+        out[f"rps{k}_conc"] = float(np.abs(np.mean(np.exp(1j * rps[:, j]))))
+    return out
+
+
+def feature_dict(x: np.ndarray) -> dict[str, float]:
+    """The cues of one mono 16 kHz utterance by name (NaN where not measurable)."""
+    x = np.asarray(x, dtype=np.float64)
+    if x.size < F0_WIN:  # shorter than one analysis frame: pad with silence
+        x = np.pad(x, (0, F0_WIN - x.size))
+    x = x - x.mean()
+    x = x / (np.sqrt(np.mean(x**2)) + 1e-9)  # level-invariant
+    fr = frames(x, N_FFT, HOP) * np.hanning(N_FFT)
+    spec = np.fft.rfft(fr, axis=1)
+    p = np.abs(spec) ** 2
+    act = active(10 * np.log10(p.sum(axis=1) + 1e-12), 40.0)
+    return spec_features(p, act) | ifd_features(spec, act) | mod_features(p, act) | exc_rps_features(x)
+
+
+def utterance_features(wave16k: np.ndarray) -> np.ndarray:
+    """(32,) float32 cues of one mono 16 kHz utterance, in :data:`FEATURE_NAMES` order."""
+    d = feature_dict(wave16k)
+    return np.array([d.get(k, np.nan) for k in FEATURE_NAMES], dtype=np.float32)
