@@ -1,10 +1,11 @@
-"""Train and evaluate the anti-spoofing model: a light CNN (LCNN) on log spectrograms, in ONNX.
+"""Train and evaluate the anti-spoofing model: an LCNN on spectrograms plus a cue branch, in ONNX.
 
     .venv/bin/python -m train.antispoof_data                 # build the clips once (~20 min)
     .venv/bin/python -m train.antispoof --write              # train, measure, write model + docs
     .venv/bin/python -m train.antispoof --gmm-baseline       # the LFCC-GMM baseline, for comparison
     options: --cache DIR, --no-logo (skip leave-one-generator-out), --logo-only (only that, for the
-    model already written), --logo-epochs N
+    model already written), --logo-epochs N, --channel-copies (an experiment: also train on
+    telephone-band and noisy copies of the training clips; not adopted, docs/antispoof.md)
 
 Steps (seeded: a rerun on the same cache gives the same split and, up to floating-point
 non-determinism of multi-threaded CPU kernels, the same numbers):
@@ -14,9 +15,11 @@ non-determinism of multi-threaded CPU kernels, the same numbers):
    side, are held out per generator (every 4th voice in a fixed hash order, at least one). Debian
    bona fide (Asterisk, KLettres) is never trained on (licence) and is an unseen-domain test set.
    One training speaker in six is set aside for validation (calibration).
-2. LCNN on the runtime front end (``verilive.voice.antispoof.log_spectrogram``), 2 s random crops,
-   class-balanced sampling, SpecAugment masks; the validation logits fit a multinomial logistic
-   calibration that is folded into the exported network.
+2. The network on the runtime front end (``verilive.voice.antispoof.features``, 2 s random crops,
+   SpecAugment masks) and the runtime utterance cues (``verilive.voice.utterance_cues``, whole
+   clip, cached in ``<cache>/cues.npz``), class-balanced sampling, one output per generator family
+   (``subclass_of``); the validation logits fit a multinomial logistic calibration that is folded
+   into the exported network.
 3. In-domain EER on the held-out speakers (whole clips), per class and per generator; rejection of
    the unseen-domain bona fide.
 4. Leave-one-generator-out: for each spoof generator a network is trained without it (fewer
@@ -146,6 +149,66 @@ def _cue_worker(path: str) -> np.ndarray:
     x, sr = sf.read(path, dtype="float32")
     assert sr == SR
     return utterance_features(x)
+
+
+CHANNEL_COPIES = ("tel", "noise")  # extra training versions of every training clip
+
+
+def _copy_worker(job: tuple[str, str, str]) -> tuple[np.ndarray, np.ndarray]:
+    """One clip through another channel: features (float16) and utterance cues."""
+    from train.antispoof_data import coloured_noise, rng_for, telephone
+
+    path, cid, kind = job
+    x, sr = sf.read(path, dtype="float32")
+    assert sr == SR
+    rng = rng_for(f"copy/{kind}/{cid}")
+    y = x.astype(np.float64)
+    if kind == "tel":
+        y = telephone(y, rng)
+    else:
+        snr = rng.uniform(5, 25)
+        y = y + coloured_noise(y.size, rng) * np.sqrt((np.mean(y**2) + 1e-12) / 10 ** (snr / 10))
+    y = (y * 10 ** (rng.uniform(-20, -1) / 20) / (np.max(np.abs(y)) + 1e-9)).astype(np.float32)
+    return features(y).astype(np.float16), utterance_features(y)
+
+
+def add_channel_copies(cache: Path, d: Data, workers: int = 2) -> int:
+    """Append telephone-band and noisy versions of every training clip to ``d`` (training only;
+    cached in ``<cache>/copies.npz``): the finishing gave each clip one channel, so without copies
+    the channel is confounded with the clip. Returns the number of copies added."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    assert d.cues is not None
+    idx = np.flatnonzero(d.part == "train")
+    ids = [f"{d.clips[i].id}~{k}" for i in idx for k in CHANNEL_COPIES]
+    store = cache / "copies.npz"
+    feats: list[np.ndarray] | None = None
+    if store.exists():
+        with np.load(store, allow_pickle=False) as z:
+            if list(z["ids"]) == ids and list(z["names"]) == list(FEATURE_NAMES):
+                off, allf = z["offsets"], z["feats"]
+                feats = [allf[..., off[j] : off[j + 1]] for j in range(len(ids))]
+                cues = z["cues"]
+    if feats is None:
+        t = time.time()
+        jobs = [(str(cache / d.clips[i].path), d.clips[i].id, k) for i in idx for k in CHANNEL_COPIES]
+        with ProcessPoolExecutor(workers) as ex:
+            res = list(ex.map(_copy_worker, jobs, chunksize=16))
+        feats = [f for f, _ in res]
+        cues = np.stack([c for _, c in res])
+        offsets = np.cumsum([0] + [f.shape[-1] for f in feats])
+        np.savez(store, ids=np.array(ids), names=np.array(FEATURE_NAMES), offsets=offsets,
+                 feats=np.concatenate(feats, axis=-1), cues=cues)  # fmt: skip
+        print(f"{len(ids)} channel copies in {time.time() - t:.0f} s", flush=True)
+    src = np.repeat(idx, len(CHANNEL_COPIES))
+    keep = [j for j, f in enumerate(feats) if f.shape[-1] >= 50]
+    d.clips += [d.clips[src[j]] for j in keep]
+    d.feats += [feats[j] for j in keep]
+    d.part = np.concatenate([d.part, d.part[src[keep]]])
+    d.lab = np.concatenate([d.lab, d.lab[src[keep]]])
+    d.gen = np.concatenate([d.gen, d.gen[src[keep]]])
+    d.cues = np.concatenate([d.cues, cues[keep]])
+    return len(keep)
 
 
 def load_cues(cache: Path, clips: list[Clip], workers: int = 2) -> np.ndarray:
@@ -489,7 +552,9 @@ def export(net: Any, fe: FrontEnd, meta: dict[str, Any], path: Path) -> None:
     onnx.save(model, str(path))
 
 
-def run_lcnn(cache: Path, logo: bool, logo_epochs: int, write: bool, logo_only: bool = False) -> None:
+def run_lcnn(
+    cache: Path, logo: bool, logo_epochs: int, write: bool, logo_only: bool = False, copies: bool = False
+) -> None:
     import torch
 
     torch.set_num_threads(int(os.environ.get("TORCH_THREADS", "2")))
@@ -502,6 +567,10 @@ def run_lcnn(cache: Path, logo: bool, logo_epochs: int, write: bool, logo_only: 
     if not logo_only:
         out("## Data\n")
         data_table(d, out)
+    if copies:
+        n = add_channel_copies(cache, d)
+        tr = np.flatnonzero(d.part == "train")
+        out(f"Training also sees {n} channel copies of the training clips ({', '.join(CHANNEL_COPIES)}).\n")
     cfg = TrainConfig()
     if logo_only:  # the shipped model's scores, from the ONNX file
         from verilive.voice.antispoof import AntiSpoof
@@ -759,11 +828,16 @@ def main() -> None:
     ap.add_argument("--write", action="store_true", help="write the model, DET plot and result tables")
     ap.add_argument("--logo-only", action="store_true", help="only leave-one-generator-out (model exists)")
     ap.add_argument("--gmm-baseline", action="store_true", help="only the LFCC-GMM baseline (in-domain)")
+    ap.add_argument(
+        "--channel-copies", action="store_true", help="also train on tel./noisy copies (not adopted)"
+    )
     args = ap.parse_args()
     if args.gmm_baseline:
         run_gmm_baseline(args.cache)
     else:
-        run_lcnn(args.cache, not args.no_logo, args.logo_epochs, args.write, args.logo_only)
+        run_lcnn(
+            args.cache, not args.no_logo, args.logo_epochs, args.write, args.logo_only, args.channel_copies
+        )
 
 
 if __name__ == "__main__":

@@ -77,34 +77,36 @@ def spec_features(p: np.ndarray, act: np.ndarray) -> dict[str, float]:
 
 def ifd_features(spec: np.ndarray, act: np.ndarray) -> dict[str, float]:
     """Phase-vocoder frequency vs interpolated peak frequency (in bins) at the strongest peaks."""
-    mag = np.log(np.abs(spec) + 1e-9)
-    phase = np.angle(spec)
     t_idx = np.flatnonzero(act[1:] & act[:-1]) + 1  # frame t and t-1 both active
-    devs_lo: list[np.ndarray] = []
-    devs_hi: list[np.ndarray] = []
-    weights_lo: list[np.ndarray] = []
-    for t in t_idx[:: max(1, len(t_idx) // MAX_IFD_FRAMES)]:
-        m = mag[t]
-        k = np.flatnonzero((m[2:-2] > m[1:-3]) & (m[2:-2] >= m[3:-1]) & (m[2:-2] > m.max() - 3.0 * 2.3)) + 2
-        if k.size == 0:
-            continue
-        k = k[np.argsort(m[k])[::-1][:20]]
-        a, b, c = m[k - 1], m[k], m[k + 1]
-        den = a - 2 * b + c
-        delta = np.where(np.abs(den) > 1e-9, 0.5 * (a - c) / np.where(den == 0, 1, den), 0.0)
-        dphi = princarg(phase[t, k] - phase[t - 1, k] - 2 * np.pi * k * HOP / N_FFT)
-        f_phase = k + dphi * N_FFT / (2 * np.pi * HOP)
-        dev = np.abs(f_phase - (k + np.clip(delta, -0.5, 0.5)))
-        low = k < 128
-        devs_lo.append(dev[low])
-        devs_hi.append(dev[~low])
-        weights_lo.append(np.exp(b[low] - m.max()))
-    if not devs_lo:
-        return {
-            k: np.nan
-            for k in ("ifd_lo_median", "ifd_lo_wmean", "ifd_lo_frac_big", "ifd_hi_median", "ifd_hi_frac_big")
-        }
-    lo, hi, w = np.concatenate(devs_lo), np.concatenate(devs_hi), np.concatenate(weights_lo)
+    t_idx = t_idx[:: max(1, len(t_idx) // MAX_IFD_FRAMES)]
+    names = ("ifd_lo_median", "ifd_lo_wmean", "ifd_lo_frac_big", "ifd_hi_median", "ifd_hi_frac_big")
+    if t_idx.size == 0:
+        return dict.fromkeys(names, np.nan)
+    m = np.log(np.abs(spec[t_idx]) + 1e-9)  # (frames, bins)
+    top = m.max(axis=1, keepdims=True)
+    inner = m[:, 2:-2]
+    peak = (inner > m[:, 1:-3]) & (inner >= m[:, 3:-1]) & (inner > top - 3.0 * 2.3)  # within 30 dB
+    # the 20 strongest peaks of each frame (fewer if it has fewer)
+    ranked = np.where(peak, inner, -np.inf)
+    order = np.argsort(-ranked, axis=1, kind="stable")[:, :20]
+    valid = np.take_along_axis(peak, order, axis=1)
+    k = order + 2
+    rows = np.arange(len(t_idx))[:, None]
+    a, b, c = m[rows, k - 1], m[rows, k], m[rows, k + 1]
+    den = a - 2 * b + c
+    delta = np.where(np.abs(den) > 1e-9, 0.5 * (a - c) / np.where(den == 0, 1, den), 0.0)
+    dphi = princarg(
+        np.angle(spec[t_idx[:, None], k])
+        - np.angle(spec[t_idx[:, None] - 1, k])
+        - 2 * np.pi * k * HOP / N_FFT
+    )
+    f_phase = k + dphi * N_FFT / (2 * np.pi * HOP)
+    dev = np.abs(f_phase - (k + np.clip(delta, -0.5, 0.5)))
+    low = valid & (k < 128)
+    high = valid & (k >= 128)
+    lo, hi, w = dev[low], dev[high], np.exp(b - top)[low]
+    if not valid.any():
+        return dict.fromkeys(names, np.nan)
     return {
         "ifd_lo_median": float(np.median(lo)) if lo.size else np.nan,
         "ifd_lo_wmean": float(np.sum(lo * w) / (np.sum(w) + 1e-12)) if lo.size else np.nan,
@@ -137,11 +139,12 @@ def mod_features(p: np.ndarray, act: np.ndarray) -> dict[str, float]:
 
 
 def f0_track(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(frame start, F0 Hz, voicing strength) of 40 ms frames; normalised autocorrelation (Boersma's
-    correction for the window's own autocorrelation), parabolic peak interpolation."""
+    """(windowed frames, F0 Hz, voicing strength) of 50 ms frames every 10 ms; normalised
+    autocorrelation (Boersma's correction for the window's own autocorrelation), octave cost,
+    parabolic peak interpolation."""
     fr = frames(x, F0_WIN, F0_HOP)
     w = np.hanning(F0_WIN)
-    n = 2048  # >= F0_WIN + the longest lag used: no circular wrap-around
+    n = 1152  # >= F0_WIN + the longest lag used (SR / F0_MIN + 1): no circular wrap-around
     xf = (fr - fr.mean(axis=1, keepdims=True)) * w
     r = np.fft.irfft(np.abs(np.fft.rfft(xf, n, axis=1)) ** 2, n, axis=1)[:, :F0_WIN]
     rw = np.fft.irfft(np.abs(np.fft.rfft(w, n)) ** 2, n)[:F0_WIN]
@@ -156,11 +159,11 @@ def f0_track(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     delta = np.clip(np.where(np.abs(den) > 1e-9, 0.5 * (a - c) / np.where(den == 0, 1, den), 0.0), -0.5, 0.5)
     lag = k + delta
     strength = np.clip(b - 0.25 * (a - c) * delta, 0, 1)
-    return np.arange(len(k)) * F0_HOP, SR / lag, strength
+    return xf, SR / lag, strength
 
 
 def exc_rps_features(x: np.ndarray) -> dict[str, float]:
-    _, f0, v = f0_track(x)
+    xf, f0, v = f0_track(x)
     fr = frames(x, F0_WIN, F0_HOP)
     e = 10 * np.log10(np.mean(fr**2, axis=1) + 1e-12)
     act = active(e, 35.0)
@@ -187,11 +190,12 @@ def exc_rps_features(x: np.ndarray) -> dict[str, float]:
     vi = np.flatnonzero(voiced)
     n = np.arange(F0_WIN)
     ks = np.arange(1, N_HARM + 1)
-    xw = (fr[vi] - fr[vi].mean(axis=1, keepdims=True)) * np.hanning(F0_WIN)
-    # harmonic k: step**k (one exp, not six); single precision is ample for phases
-    step = np.exp((-2j * np.pi / SR) * f0[vi, None] * n[None, :]).astype(np.complex64)
+    # harmonic k: step**k (one cos/sin, not six); single precision is ample for phases
+    theta = ((2 * np.pi / SR) * f0[vi, None] * n[None, :]).astype(np.float32)
+    step = np.empty(theta.shape, np.complex64)
+    step.real, step.imag = np.cos(theta), -np.sin(theta)
     hk = np.empty((vi.size, N_HARM), np.complex64)
-    term = xw.astype(np.complex64)
+    term = xf[vi].astype(np.complex64)
     for j in range(N_HARM):
         term *= step
         hk[:, j] = term.sum(axis=1)
