@@ -600,7 +600,7 @@ def run_lcnn(
     if logo:
         out(
             f"## Leave-one-generator-out EER (generator never trained on; vs held-out bona fide; "
-            f"LCNN, {logo_epochs} epochs)\n"
+            f"network, {logo_epochs} epochs)\n"
         )
         out(
             "| class | held-out generator | clips | EER, generator left out | EER, in-domain, same schedule |"
