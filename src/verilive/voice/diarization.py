@@ -19,6 +19,8 @@ Pipeline, each step a parameter of :class:`DiarizationConfig`:
 5. **Resegmentation.** Each speech frame of ``frame_s`` takes the speaker with the most votes from the
    windows covering it, each vote weighted by a triangle that peaks at its window's centre; a
    majority filter of ``smooth_s`` and a minimum run of ``min_segment_s`` remove flicker.
+6. **Overlap.** Where the overlapped-speech detector (``verilive.voice.overlap``) flags speech as two
+   voices at once, a second speaker is added: the nearest other speaker in time (``add_overlap``).
 
 Memory for long input is linear in its length with small constants, never quadratic: one float32
 embedding (768 bytes) per window, a fixed clustering sample (``max_cluster_windows``² float64 =
@@ -39,6 +41,8 @@ import numpy as np
 from verilive.audio.resample import resample
 from verilive.errors import InvalidParameter
 from verilive.voice.campplus import INPUT_NAME, OUTPUT_NAME, CamPlusPlus, normalise
+from verilive.voice.overlap import FRAME_S as OVERLAP_FRAME_S
+from verilive.voice.overlap import OverlapDetector
 from verilive.voice.vad import SileroVad, VadConfig, segments_from_probabilities
 
 if TYPE_CHECKING:
@@ -80,6 +84,12 @@ class DiarizationConfig:
     frame_s: resolution of the speaker decision inside speech.
     smooth_s: majority filter over frames: a frame takes the most frequent speaker within this span.
     min_segment_s: a speaker run inside a speech region shorter than this joins its longer neighbour.
+    overlap: detect overlapped speech (``Diarizer.from_engine`` then loads the overlap detector) and
+        give each overlapped frame a second speaker: the one, among those not already speaking there,
+        whose nearest turn is closest in time. Off: one speaker per instant.
+    overlap_threshold: overlap probability from which a frame is overlapped; None takes the model's
+        own, chosen on its simulated validation data (docs/model-overlap.md).
+    min_overlap_s: overlapped stretches shorter than this are ignored.
     """
 
     vad: VadConfig = field(
@@ -98,6 +108,9 @@ class DiarizationConfig:
     frame_s: float = 0.02
     smooth_s: float = 0.5
     min_segment_s: float = 0.3
+    overlap: bool = True
+    overlap_threshold: float | None = None
+    min_overlap_s: float = 0.1
 
     def __post_init__(self) -> None:
         positive = ("window_s", "hop_s", "frame_s")
@@ -105,7 +118,9 @@ class DiarizationConfig:
             v = getattr(self, name)
             if not (math.isfinite(v) and v > 0):
                 raise ValueError(f"{name} must be a finite number > 0, got {v}")
-        for name in ("min_region_s", "smooth_s", "min_segment_s"):
+        if self.overlap_threshold is not None and not 0.0 <= self.overlap_threshold <= 1.0:
+            raise ValueError(f"overlap_threshold is a probability in [0, 1], got {self.overlap_threshold}")
+        for name in ("min_region_s", "smooth_s", "min_segment_s", "min_overlap_s"):
             v = getattr(self, name)
             if not (math.isfinite(v) and v >= 0):
                 raise ValueError(f"{name} must be a finite number >= 0, got {v}")
@@ -146,15 +161,27 @@ class Diarizer:
     """Speaker diarization over a shared VAD and CAM++ model; thread-safe (no per-call state on self)."""
 
     def __init__(
-        self, vad: SileroVad, embedder: CamPlusPlus, config: DiarizationConfig = DiarizationConfig()
+        self,
+        vad: SileroVad,
+        embedder: CamPlusPlus,
+        config: DiarizationConfig = DiarizationConfig(),
+        overlap: OverlapDetector | None = None,
     ) -> None:
+        """``overlap``: the overlapped-speech detector; None gives one speaker per instant."""
         self.vad = vad
         self.embedder = embedder
         self.config = config
+        self.overlap = overlap if config.overlap else None
 
     @classmethod
     def from_engine(cls, engine: VoiceEngine, config: DiarizationConfig = DiarizationConfig()) -> Diarizer:
-        return cls(engine.vad, engine.embedder, config)
+        return cls(engine.vad, engine.embedder, config, OverlapDetector() if config.overlap else None)
+
+    def replace(self, **changes: object) -> Diarizer:
+        """The same models with some config fields changed (``overlap=False`` drops the detector)."""
+        from dataclasses import replace
+
+        return Diarizer(self.vad, self.embedder, replace(self.config, **changes), self.overlap)  # type: ignore[arg-type]
 
     # ------------------------------------------------------------------ public
 
@@ -164,8 +191,9 @@ class Diarizer:
         """Speaker turns of ``wave`` (float mono in [-1, 1], 1-D or (frames, 1)) at ``sample_rate``.
 
         Returns {"0": [(start, end), ...], "1": ...}: keys number the speakers in order of their first
-        turn; intervals are [start, end) in input samples, sorted and disjoint within a speaker. One
-        speaker is given per instant (overlapping speech goes to one of them). No speech gives {}.
+        turn; intervals are [start, end) in input samples, sorted and disjoint within a speaker. Turns of
+        different speakers overlap where the overlap detector finds two voices at once (at most two
+        speakers per instant); without the detector one speaker is given per instant. No speech gives {}.
         ``num_speakers``: the exact number of speakers when known (1..config.max_speakers). At most that
         many keys: fewer when there are fewer windows than speakers, or when a speaker's every window is
         outvoted by its neighbours in the resegmentation.
@@ -205,7 +233,20 @@ class Diarizer:
         units = self.embed(x, sample_rate, wins)
         centroids = self.cluster(units, num_speakers)
         labels = np.argmax(units @ centroids.T, axis=1)
-        return self.resegment(regions, sample_rate, x.size, wins, labels, len(centroids))
+        turns = self.resegment_seconds(regions, sample_rate, wins, labels, len(centroids))
+        if self.overlap is not None and len(centroids) > 1:
+            p = self.overlap.probabilities_from(
+                lambda a, b: _audio16k(x, sample_rate, a, b), _to16k(x.size, sample_rate)
+            )
+            threshold = self.config.overlap_threshold
+            turns = add_overlap(
+                turns,
+                p,
+                self.overlap.threshold if threshold is None else threshold,
+                OVERLAP_FRAME_S,
+                round(self.config.min_overlap_s / OVERLAP_FRAME_S),
+            )
+        return _to_output(turns, sample_rate, x.size)
 
     def windows(self, regions: list[tuple[int, int]], sample_rate: int) -> Windows:
         """Windows over the speech regions (input samples), in 16 kHz samples."""
@@ -274,16 +315,15 @@ class Diarizer:
         cents = np.stack([x[labels == c].mean(axis=0) for c in speakers])
         return cents / np.maximum(np.linalg.norm(cents, axis=1, keepdims=True), 1e-12)
 
-    def resegment(
+    def resegment_seconds(
         self,
         regions: list[tuple[int, int]],
         sample_rate: int,
-        n_samples: int,
         wins: Windows,
         labels: np.ndarray,
         n_speakers: int,
-    ) -> dict[str, list[tuple[int, int]]]:
-        """Frame-level speaker decision inside each speech region, smoothed; turns in input samples."""
+    ) -> list[list[tuple[float, float]]]:
+        """Frame-level speaker decision inside each speech region, smoothed; turns in seconds per speaker."""
         cfg = self.config
         fs = cfg.frame_s
         smooth = max(1, round(cfg.smooth_s / fs))
@@ -317,7 +357,7 @@ class Diarizer:
             edges = np.concatenate([[0], cuts, [n_frames]])
             for a, b in itertools.pairwise(edges):
                 turns[int(lab[a])].append((t0 + a * (t1 - t0) / n_frames, t0 + b * (t1 - t0) / n_frames))
-        return _to_output(turns, sample_rate, n_samples)
+        return turns
 
 
 # ---------------------------------------------------------------------------------- helpers
@@ -438,6 +478,56 @@ def _absorb_short_runs(lab: np.ndarray, min_run: int) -> np.ndarray:
             lengths[j - 1] += lengths[j]
             del lengths[j], values[j]
     return np.repeat(np.array(values, lab.dtype), lengths)
+
+
+def add_overlap(
+    turns: list[list[tuple[float, float]]],
+    p: np.ndarray,
+    threshold: float,
+    frame_s: float,
+    min_frames: int,
+) -> list[list[tuple[float, float]]]:
+    """Turns (seconds, per speaker) with a second speaker on the overlapped frames of speech.
+
+    ``p``: overlap probability per frame of ``frame_s``. A frame is overlapped when ``p`` reaches
+    ``threshold`` inside a run of at least ``min_frames`` such frames and someone speaks there. Its
+    second speaker is the one not speaking there whose nearest turn is closest in time: overlap in
+    meetings is mostly the next speaker starting early, the last one finishing late, or a
+    back-channel from someone who has just spoken.
+    """
+    n, k = p.size, len(turns)
+    if k < 2 or n == 0:
+        return turns
+    act = np.zeros((k, n), bool)
+    for j, spans in enumerate(turns):
+        for a, b in spans:
+            act[j, max(0, round(a / frame_s)) : max(0, round(b / frame_s))] = True
+    ovl = (p >= threshold) & act.any(axis=0)
+    edges = np.diff(np.concatenate([[0], ovl.astype(np.int8), [0]]))
+    starts, ends = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)
+    keep = (ends - starts) >= max(1, min_frames)
+    frames = np.concatenate([np.arange(a, b) for a, b in zip(starts[keep], ends[keep], strict=True)] or [[]])
+    frames = frames.astype(np.int64)
+    if frames.size == 0:
+        return turns
+    idx = np.arange(n)
+    dist = np.empty((k, frames.size))
+    for j in range(k):
+        last = np.maximum.accumulate(np.where(act[j], idx, -(10**12)))
+        nxt = np.minimum.accumulate(np.where(act[j], idx, 10**12)[::-1])[::-1]
+        dist[j] = np.minimum(frames - last[frames], nxt[frames] - frames).astype(np.float64)
+    dist[act[:, frames]] = np.inf  # already speaking there
+    second = np.argmin(dist, axis=0)
+    ok = np.isfinite(dist[second, np.arange(frames.size)])
+    out = [list(spans) for spans in turns]
+    for j in range(k):
+        f = frames[ok & (second == j)]
+        if f.size == 0:
+            continue
+        cuts = np.flatnonzero(np.diff(f) > 1) + 1
+        for run in np.split(f, cuts):
+            out[j].append((float(run[0]) * frame_s, float(run[-1] + 1) * frame_s))
+    return out
 
 
 def _to_output(
