@@ -173,6 +173,43 @@ def test_add_overlap_gives_the_nearest_other_speaker() -> None:
     assert add_overlap([[(0.0, 4.0)]], p, 0.5, 0.02, 5) == [[(0.0, 4.0)]]
 
 
+def test_overlapped_speech_gets_both_speakers(diarizer: Diarizer, shared_dir: Path) -> None:
+    """Two validation speakers of train/overlap.py: A alone 0-8 s, A and B together 8-11 s, B alone
+    11-19 s. With overlap detection some of 8-11 s has both keys; without it, nothing does."""
+    a = sf.read(shared_dir / LIBRI / "1246-124548-0000.flac", dtype="float32")[0][: 11 * 16000]
+    b = sf.read(shared_dir / LIBRI / "1235-135883-0000.flac", dtype="float32")[0][: 11 * 16000]
+    x = np.concatenate([a[: 8 * 16000], a[8 * 16000 :] + b[: 3 * 16000], b[3 * 16000 :]])
+
+    def both(turns: dict[str, list[tuple[int, int]]]) -> np.ndarray:
+        assert len(turns) == 2
+        act = np.zeros((2, x.size // 160), bool)  # 10 ms frames
+        for j, spans in enumerate(turns.values()):
+            for s, e in spans:
+                act[j, s // 160 : e // 160] = True
+        return np.flatnonzero(act.all(axis=0)) * 0.01
+
+    with_overlap = diarizer.diarize(x, 16000)
+    check_turns(with_overlap, x.size)
+    t = both(with_overlap)
+    assert t.size * 0.01 >= 0.5  # at least half a second of the 3 s found
+    assert t.min() >= 7.5 and t.max() <= 11.5  # and nowhere else
+    assert both(diarizer.replace(overlap=False).diarize(x, 16000)).size == 0
+
+
+def test_committed_overlap_model_is_small_and_described() -> None:
+    """The detector is part of the package (no download), with the metadata the runtime relies on."""
+    from importlib.resources import files
+
+    from verilive.voice.overlap import CHUNK_S, FRAME_S, MODEL_FILE, OverlapDetector
+
+    blob = files("verilive.voice") / MODEL_FILE
+    assert blob.is_file() and len(blob.read_bytes()) < 4 * 1024 * 1024
+    det = OverlapDetector()
+    assert det.meta["frame_s"] == FRAME_S and det.meta["chunk_s"] == CHUNK_S
+    assert 0.2 <= det.threshold <= 0.9  # the grid train/overlap.py searches
+    assert [i.name for i in det.session.get_inputs()] == ["fbank"]
+
+
 def test_overlap_detector_on_a_simulated_mixture(shared_dir: Path) -> None:
     """Two validation speakers of train/overlap.py (never trained on), spoken one at a time and then
     together. Clean read speech only: eval/overlap.py measures the detector on AMI meetings."""

@@ -533,7 +533,13 @@ def add_overlap(
 def _to_output(
     turns: list[list[tuple[float, float]]], sample_rate: int, n_samples: int
 ) -> dict[str, list[tuple[int, int]]]:
-    """Seconds to sorted, merged [start, end) input samples; keys by first appearance."""
+    """Seconds to sorted, merged [start, end) input samples; keys by first appearance.
+
+    Turns less than a 20 ms frame apart are merged too: overlap runs are on a 20 ms grid from the
+    start of the audio and resegmentation frames from the start of each region, so a turn extended
+    by overlap would otherwise end a few samples short of its continuation.
+    """
+    tol = round(OVERLAP_FRAME_S * sample_rate)
     spans: list[list[tuple[int, int]]] = []
     for spk in turns:
         merged: list[tuple[int, int]] = []
@@ -542,7 +548,7 @@ def _to_output(
             e = min(n_samples, max(0, round(b * sample_rate)))
             if e <= s:
                 continue
-            if merged and s <= merged[-1][1]:
+            if merged and s - merged[-1][1] < tol:
                 merged[-1] = (merged[-1][0], max(merged[-1][1], e))
             else:
                 merged.append((s, e))
