@@ -376,7 +376,7 @@ def main() -> None:
     ap.add_argument("--data", type=Path, default=REPO.parent / "shared" / "data")
     ap.add_argument("--cache", type=Path, default=Path("/tmp/verilive-overlap"))
     ap.add_argument("--chunks", type=int, default=12000)
-    ap.add_argument("--epochs", type=int, default=8)
+    ap.add_argument("--epochs", type=int, default=16)
     ap.add_argument("--write", action="store_true")
     args = ap.parse_args()
 
