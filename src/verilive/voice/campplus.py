@@ -2,11 +2,17 @@
 
 waveform (16 kHz mono, float in [-1, 1)) -> 80-bin Kaldi log-mel fbank, mean-normalised per clip ->
 ONNX model ``campplus`` -> 192-d embedding (not L2-normalised). See docs/model-campplus.md.
+
+The model's 2-D convolutional front module (FCM, before the x-vector part) also serves as a frozen
+feature extractor for voice anti-spoofing (:meth:`CamPlusPlus.fcm_statistics`): it keeps frequency
+resolution and shows vocoder and channel traces that the speaker embedding discards.
 """
 
 from __future__ import annotations
 
+import threading
 from functools import lru_cache
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
@@ -17,6 +23,8 @@ if TYPE_CHECKING:
 MODEL_ID = "campplus"
 INPUT_NAME = "fbank"
 OUTPUT_NAME = "embedding"
+FCM_SCOPE = "/head/"  # node-name scope of the FCM front module in verilive's converted graph
+FCM_CHANNELS = 320  # 32 channels x 10 frequency rows
 
 # Kaldi fbank settings CAM++ was trained with (README "Fbank as fed to the model"): 16 kHz, 25 ms frames
 # every 10 ms with snip_edges, no dither, DC offset removed, pre-emphasis 0.97, Povey window, 512-point
@@ -95,16 +103,20 @@ class CamPlusPlus:
     N_MELS = 80
     FRAME_LENGTH = 400  # samples per 25 ms frame; shorter input is zero-padded to one frame
 
-    def __init__(self, session: Any) -> None:
+    def __init__(self, session: Any, model_path: str | Path | None = None, intra_op_threads: int = 0) -> None:
         inputs = [i.name for i in session.get_inputs()]
         outputs = [o.name for o in session.get_outputs()]
         if inputs != [INPUT_NAME] or OUTPUT_NAME not in outputs:
             raise ValueError(f"not a CAM++ session: inputs {inputs}, outputs {outputs}")
         self.session = session
+        self.model_path = Path(model_path) if model_path is not None else None
+        self.intra_op_threads = intra_op_threads
+        self._fcm_session: Any = None
+        self._fcm_lock = threading.Lock()
 
     @classmethod
     def from_registry(cls, registry: ModelRegistry) -> CamPlusPlus:
-        return cls(registry.session(MODEL_ID))
+        return cls(registry.session(MODEL_ID), registry.path(MODEL_ID), registry.intra_op_threads(MODEL_ID))
 
     def log_mel(self, wave: np.ndarray) -> np.ndarray:
         """(T, 80) float32 log-mel fbank of 16 kHz mono audio, before mean normalisation.
@@ -140,3 +152,58 @@ class CamPlusPlus:
     def embed(self, wave: np.ndarray, relu: bool = False) -> np.ndarray:
         """(192,) float32 embedding of a 16 kHz mono waveform; not L2-normalised."""
         return self.embed_features(self.features(wave), relu=relu)
+
+    def fcm_session(self) -> Any:
+        """A session of the FCM front module alone (input ``fbank``, output (B, 320, T)), cut from the
+        model file on first use. Needs ``model_path`` (given by :meth:`from_registry`)."""
+        with self._fcm_lock:
+            if self._fcm_session is None:
+                if self.model_path is None:
+                    raise RuntimeError("CamPlusPlus was built without its model file; use from_registry")
+                self._fcm_session = _fcm_session(self.model_path, self.intra_op_threads)
+            return self._fcm_session
+
+    def fcm_statistics(self, feats: np.ndarray) -> np.ndarray:
+        """(640,) float32 mean and standard deviation over time of the FCM output of (T, 80) features
+        from :meth:`features`; channel index c * 10 + frequency row."""
+        f = np.ascontiguousarray(feats, dtype=np.float32)
+        if f.ndim != 2 or f.shape[1] != self.N_MELS or f.shape[0] < 1:
+            raise ValueError(f"expected features of shape (T>=1, {self.N_MELS}), got {f.shape}")
+        sess = self.fcm_session()
+        (h,) = sess.run(None, {INPUT_NAME: f[None]})
+        h = np.asarray(h[0], dtype=np.float64).reshape(FCM_CHANNELS, -1)
+        return np.concatenate([h.mean(axis=1), h.std(axis=1)]).astype(np.float32)
+
+
+def _fcm_session(model_path: Path, intra_op_threads: int) -> Any:
+    """Cut the FCM front module out of the converted CAM++ graph: its output is that of the last node
+    in the ``/head/`` scope (the reshape to (B, 320, T))."""
+    import onnx
+    import onnxruntime as ort
+
+    model = onnx.load(str(model_path))
+    graph = model.graph
+    head = [n for n in graph.node if n.name.startswith(FCM_SCOPE)]
+    if not head or head[-1].op_type != "Reshape":
+        raise RuntimeError(f"{model_path}: no FCM front module ({FCM_SCOPE}...Reshape) in the graph")
+    out = head[-1].output[0]
+    # the nodes the FCM output depends on (the graph is topologically sorted)
+    needed, nodes = {out}, []
+    for node in reversed(graph.node):
+        if needed.intersection(node.output):
+            nodes.append(node)
+            needed.update(i for i in node.input if i)
+    nodes.reverse()
+    inits = [t for t in graph.initializer if t.name in needed]
+    sub_graph = onnx.helper.make_graph(
+        nodes,
+        "campplus_fcm",
+        [i for i in graph.input if i.name == INPUT_NAME],
+        [onnx.helper.make_tensor_value_info(out, onnx.TensorProto.FLOAT, None)],
+        inits,
+    )
+    sub = onnx.helper.make_model(sub_graph, opset_imports=model.opset_import, ir_version=model.ir_version)
+    so = ort.SessionOptions()
+    if intra_op_threads > 0:
+        so.intra_op_num_threads = intra_op_threads
+    return ort.InferenceSession(sub.SerializeToString(), so, providers=["CPUExecutionProvider"])
