@@ -2,7 +2,8 @@
 
     python -m bench.antispoof_rtf [--repeats 10]
 
-Prints the median wall time of each stage (VAD speech check, spectrogram, utterance cues, network)
+Prints the median wall time of each stage (VAD speech check, spectrogram, utterance cues, CAM++
+front statistics, network)
 and of the whole ``AntiSpoof.evaluate``, and the RTF = median time / audio duration.
 """
 
@@ -33,7 +34,8 @@ def main() -> None:
         x = np.tile(speech, 3)[: seconds * 16000]
         audio = Audio(x.reshape(-1, 1), 16000)
         anti.evaluate(audio)  # warm-up
-        stages: dict[str, list[float]] = {k: [] for k in ("vad", "spectrogram", "cues", "network", "total")}
+        names = ("vad", "spectrogram", "cues", "campplus-fcm", "network", "total")
+        stages: dict[str, list[float]] = {k: [] for k in names}
         for _ in range(args.repeats):
             t0 = time.perf_counter()
             anti.speech_seconds(x, 16000)
@@ -42,11 +44,14 @@ def main() -> None:
             t2 = time.perf_counter()
             c = utterance_features(x)
             t3 = time.perf_counter()
-            anti.logits(f, c)
+            s = anti.fcm_statistics(x)
             t4 = time.perf_counter()
-            anti.evaluate(audio)
+            anti.logits(f, c, s)
             t5 = time.perf_counter()
-            for k, dt in zip(stages, (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4), strict=True):
+            anti.evaluate(audio)
+            t6 = time.perf_counter()
+            times = (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4, t6 - t5)
+            for k, dt in zip(stages, times, strict=True):
                 stages[k].append(dt * 1000)
         print(f"{seconds} s of speech")
         for k, v in stages.items():

@@ -13,9 +13,14 @@ input normalisation and its calibration folded in (docs/antispoof.md):
 2. utterance cues (:mod:`verilive.voice.utterance_cues`): 32 statistics of voicing, relative
    harmonic phase (RPS), instantaneous-frequency consistency, band flatness and modulation, which
    show the resynthesis (vocoders, Griffin-Lim) that keeps the magnitude spectrum intact;
-3. the network maps the (1, 2, 256, frames) features and the (1, 32) cues to four calibrated
-   logits (bona fide, replay, TTS, VC); a softmax gives ``score`` = P(bona fide) and
-   ``scoreReplay``, ``scoreTts``, ``scoreVc`` = P(each attack class), which sum to 1.
+3. CAM++ front statistics (:meth:`verilive.voice.campplus.CamPlusPlus.fcm_statistics`): the mean
+   and spread over time of the speaker model's frozen 2-D convolutional front module (640 values)
+   on the first ``FCM_SECONDS`` of the trimmed signal; a linear branch on them catches vocoder
+   traces (WORLD) that the other two miss;
+4. the network maps the (1, 2, 256, frames) features, the (1, 32) cues and the (1, 640) front
+   statistics to four calibrated logits (bona fide, replay, TTS, VC); a softmax gives ``score`` =
+   P(bona fide) and ``scoreReplay``, ``scoreTts``, ``scoreVc`` = P(each attack class), which sum
+   to 1.
 
 Input that cannot be judged (no audio, clipped, no speech, less than ``MIN_SPEECH_S`` of speech)
 gets only ``unsuitableInputMessage``, every score null.
@@ -38,6 +43,7 @@ from verilive.voice.schemas import AntispoofResult
 from verilive.voice.utterance_cues import FEATURE_NAMES, utterance_features
 
 if TYPE_CHECKING:
+    from verilive.voice.campplus import CamPlusPlus
     from verilive.voice.engine import VoiceEngine
     from verilive.voice.vad import SileroVad
 
@@ -47,6 +53,7 @@ __all__ = [
     "AntiSpoof",
     "FrontEnd",
     "clipped_fraction",
+    "fcm_input",
     "features",
     "log_spectrogram",
 ]
@@ -66,6 +73,7 @@ CLIP_MIN_SAMPLES = 20
 # Without a VAD, 20 ms frames above this level count as speech (a crude energy rule).
 ENERGY_SPEECH_DBFS = -50.0
 MIN_FRAMES = 50  # 0.5 s of spectrogram after trimming
+FCM_SECONDS = 8.0  # the CAM++ front statistics look at this much of the trimmed signal
 
 
 @dataclass(frozen=True)
@@ -123,6 +131,25 @@ def features(wave16k: np.ndarray, fe: FrontEnd = FrontEnd()) -> np.ndarray:
     return np.ascontiguousarray(np.stack([db.T, gd.T]), dtype=np.float32)
 
 
+def fcm_input(wave16k: np.ndarray, fe: FrontEnd = FrontEnd(), seconds: float = FCM_SECONDS) -> np.ndarray:
+    """The stretch of ``wave16k`` that the CAM++ front statistics describe: leading and trailing
+    25 ms frames (10 ms hop) quieter than ``fe.trim_db`` below the loudest dropped, as in
+    :func:`features`, then the first ``seconds``. Leading silence would otherwise weigh on the
+    statistics as much as speech does."""
+    x = np.asarray(wave16k, dtype=np.float32)[: int(fe.max_seconds * SR)]
+    if x.size < fe.win:
+        return x
+    n = 1 + (x.size - fe.win) // fe.hop
+    idx = np.arange(fe.win)[None, :] + fe.hop * np.arange(n)[:, None]
+    energy = np.square(x.astype(np.float64) - x.mean())[idx].sum(axis=1)
+    loudest = float(energy.max())
+    if not loudest > 0.0:
+        return x[: int(seconds * SR)]
+    loud = np.flatnonzero(energy > loudest * 10 ** (-fe.trim_db / 10))
+    start, stop = loud[0] * fe.hop, loud[-1] * fe.hop + fe.win
+    return x[start:stop][: int(seconds * SR)]
+
+
 def log_spectrogram(wave16k: np.ndarray, fe: FrontEnd = FrontEnd()) -> np.ndarray:
     """Channel 0 of :func:`features`: (bins, frames) log power in dB relative to the loudest frame."""
     return features(wave16k, fe)[0]
@@ -154,6 +181,7 @@ class AntiSpoof:
         params_path: str | Path | None = None,
         vad: SileroVad | None = None,
         intra_op_threads: int = 0,
+        embedder: CamPlusPlus | None = None,
     ) -> None:
         source = Path(params_path) if params_path is not None else files("verilive.voice") / MODEL_FILE
         data = source.read_bytes()
@@ -170,12 +198,30 @@ class AntiSpoof:
             raise ValueError(f"unexpected anti-spoofing classes {classes}")
         if tuple(self.meta.get("cues", ())) != FEATURE_NAMES:
             raise ValueError("the anti-spoofing model was trained on other utterance cues")
+        self.fcm_seconds = float(self.meta.get("fcm_seconds", FCM_SECONDS))
         self.vad = vad
+        self._embedder = embedder
 
     @classmethod
     def from_engine(cls, engine: VoiceEngine, intra_op_threads: int = 0) -> AntiSpoof:
-        """Share the voice engine's VAD (Silero) for the speech-length check."""
-        return cls(vad=engine.vad, intra_op_threads=intra_op_threads)
+        """Share the voice engine's VAD (Silero, for the speech-length check) and CAM++ model."""
+        return cls(vad=engine.vad, intra_op_threads=intra_op_threads, embedder=engine.embedder)
+
+    @property
+    def embedder(self) -> CamPlusPlus:
+        """The CAM++ model for the front statistics; without one given, the installed ``campplus``
+        from the model store (``verilive models pull``)."""
+        if self._embedder is None:
+            from verilive.models.sessions import ModelRegistry
+            from verilive.voice.campplus import MODEL_ID, CamPlusPlus
+
+            self._embedder = CamPlusPlus.from_registry(ModelRegistry(ids=[MODEL_ID]))
+        return self._embedder
+
+    def fcm_statistics(self, wave16k: np.ndarray) -> np.ndarray:
+        """(640,) CAM++ front statistics of a 16 kHz mono signal (see :func:`fcm_input`)."""
+        emb = self.embedder
+        return emb.fcm_statistics(emb.features(fcm_input(wave16k, self.frontend, self.fcm_seconds)))
 
     def speech_seconds(self, wave: np.ndarray, sample_rate: int) -> float:
         if self.vad is not None:
@@ -210,10 +256,14 @@ class AntiSpoof:
             )
         return None
 
-    def logits(self, feats: np.ndarray, cues: np.ndarray) -> np.ndarray:
-        """Calibrated logits (4,) of one (2, bins, frames) :func:`features` array and its (32,)
-        utterance cues (NaN where not measurable)."""
-        inputs = {"features": feats[None], "cues": np.asarray(cues, np.float32).reshape(1, -1)}
+    def logits(self, feats: np.ndarray, cues: np.ndarray, fcm: np.ndarray) -> np.ndarray:
+        """Calibrated logits (4,) of one (2, bins, frames) :func:`features` array, its (32,)
+        utterance cues (NaN where not measurable) and its (640,) CAM++ front statistics."""
+        inputs = {
+            "features": feats[None],
+            "cues": np.asarray(cues, np.float32).reshape(1, -1),
+            "fcm": np.asarray(fcm, np.float32).reshape(1, -1),
+        }
         (out,) = self.session.run(None, inputs)
         return np.asarray(out[0], dtype=np.float64)
 
@@ -223,7 +273,7 @@ class AntiSpoof:
         feats = features(x, self.frontend)
         if feats.shape[2] < MIN_FRAMES:
             return None
-        return _softmax(self.logits(feats, utterance_features(x)))
+        return _softmax(self.logits(feats, utterance_features(x), self.fcm_statistics(x)))
 
     def evaluate(self, audio: Audio, speech_seconds: float | None = None) -> AntispoofResult:
         """Judge ``audio``. ``speech_seconds``: speech length already measured by the caller's VAD
