@@ -1,0 +1,162 @@
+"""Voice anti-spoofing: the shipped model, end to end, on the held-out split (docs/antispoof.md).
+
+    python -m train.antispoof_data          # once: builds the labelled clips (~20 min)
+    python -m eval.antispoof [--cache DIR] [--no-docs]
+
+Every held-out clip (speakers and TTS voices the model never trained on; the split of
+``train.antispoof.split_of``, recorded in the model's metadata) and every unseen-domain bona fide
+clip (Debian speech packages) goes through ``AntiSpoof.evaluate`` as the service runs it: the
+engine's Silero VAD for the suitability checks, then spectrogram, utterance cues, CAM++ front
+statistics and the network. Printed: the EER of ``score`` (P(bona fide)) pooled, per attack class,
+per generator and per channel (clean wideband, added noise, telephone band), the error rates at
+P(bona fide) = 0.5, the unseen-domain rejection, and how many clips were judged unsuitable (left
+out of the EERs). Writes docs/antispoof_eval_det.png (DET per class and per channel) unless
+``--no-docs``. train/antispoof.py measures the same split on cached features while it trains;
+this script checks the exported model through the runtime.
+"""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+import numpy as np
+
+from eval.metrics import det_curve, eer, rates_at
+
+DOCS = Path(__file__).resolve().parents[1] / "docs"
+OUT_PNG = DOCS / "antispoof_eval_det.png"
+CHANNELS = ("clean wideband", "added noise", "telephone band")
+
+
+def channel_group(channel: str) -> str:
+    """The finishing of a clip (train/antispoof_data.py) in three groups."""
+    if channel.startswith("tel"):
+        return "telephone band"
+    if channel.startswith("noise"):
+        return "added noise"
+    return "clean wideband"
+
+
+def main() -> None:
+    import soundfile as sf
+    from train.antispoof import split_of
+    from train.antispoof_data import DEFAULT_CACHE, read_manifest
+
+    from verilive.audio import Audio
+    from verilive.models.sessions import ModelRegistry
+    from verilive.voice.antispoof import CLASSES, AntiSpoof
+    from verilive.voice.engine import VoiceEngine
+
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--cache", type=Path, default=DEFAULT_CACHE)
+    ap.add_argument("--no-docs", action="store_true")
+    args = ap.parse_args()
+
+    if not (args.cache / "manifest.csv").exists():
+        raise SystemExit(f"no clips in {args.cache}: run python -m train.antispoof_data first")
+    anti = AntiSpoof.from_engine(VoiceEngine.from_registry(ModelRegistry()))
+    clips = read_manifest(args.cache)
+    split = split_of(clips)
+    held = set(anti.meta.get("test_speakers", []))
+    recorded = {c.speaker for c in clips if split[c.speaker] == "test"}
+    if held and held != recorded:
+        differ = len(held ^ recorded)
+        print(f"note: the model's held-out list and this cache's split differ by {differ} speakers")
+    chosen = [c for c in clips if split[c.speaker] in ("test", "ood")]
+    rows: list[tuple[str, str, str, str, float | None, np.ndarray | None]] = []
+    unsuitable: dict[tuple[str, str, str], int] = {}
+    for i, c in enumerate(chosen):
+        x, sr = sf.read(args.cache / c.path, dtype="float32", always_2d=True)
+        r = anti.evaluate(Audio(x, int(sr)))
+        probs = None if r.score is None else np.array([r.score, r.scoreReplay, r.scoreTts, r.scoreVc], float)
+        rows.append((split[c.speaker], c.label, c.generator, channel_group(c.channel), r.score, probs))
+        if r.unsuitableInputMessage:
+            why = r.unsuitableInputMessage.split(":")[0].rstrip(".")
+            key = (split[c.speaker], c.label, why)
+            unsuitable[key] = unsuitable.get(key, 0) + 1
+        if (i + 1) % 200 == 0:
+            print(f"  {i + 1}/{len(chosen)} clips", flush=True)
+
+    judged = [r for r in rows if r[4] is not None]
+    print(f"\n{len(rows)} clips, {len(rows) - len(judged)} judged unsuitable (left out below)")
+    for (part, label, why), n in sorted(unsuitable.items()):
+        print(f"  {part} {label}: {n} x {why}")
+    test = [r for r in judged if r[0] == "test"]
+    p = np.array([r[4] for r in test], float)
+    lab = np.array([r[1] for r in test])
+    gen = np.array([r[2] for r in test])
+    grp = np.array([r[3] for r in test])
+    s = np.log(np.clip(p, 1e-12, 1)) - np.log(np.clip(1 - p, 1e-12, 1))  # log-odds of bona fide
+    bona = lab == "bonafide"
+
+    def pair_eer(mask_spoof: np.ndarray, mask_bona: np.ndarray = bona) -> float:
+        y = np.concatenate([np.ones(mask_bona.sum(), bool), np.zeros(mask_spoof.sum(), bool)])
+        return eer(np.concatenate([s[mask_bona], s[mask_spoof]]), y)[0]
+
+    print(f"\nIn-domain (held-out speakers/voices): {bona.sum()} bona fide, {(~bona).sum()} spoof clips")
+    print(f"  all spoofs pooled        EER {pair_eer(~bona):6.2%}")
+    for cls in CLASSES[1:]:
+        print(f"  class {cls:<18} EER {pair_eer(lab == cls):6.2%}  ({np.sum(lab == cls)} clips)")
+    for g in sorted(set(gen[~bona])):
+        acc = int(np.sum(p[gen == g] >= 0.5))
+        print(f"    {g:<22} EER {pair_eer(gen == g):6.2%}  ({np.sum(gen == g)} clips, {acc} accepted at 0.5)")
+    for name in CHANNELS:
+        m = grp == name
+        print(
+            f"  {name:<24} EER {pair_eer(~bona & m, bona & m):6.2%}  "
+            f"({np.sum(bona & m)} bona fide, {np.sum(~bona & m)} spoof)"
+        )
+    y = bona.astype(bool)
+    miss, fa = rates_at(p, y, 0.5)
+    print(f"  at P(bona fide) >= 0.5: bona fide rejected {miss:.3f}, spoofs accepted {fa:.3f}")
+    pred = np.array([CLASSES[int(np.argmax(r[5]))] for r in test])
+    print(f"  4-way accuracy {np.mean(pred == lab):.3f}")
+
+    ood = [r for r in judged if r[0] == "ood"]
+    print("\nUnseen-domain bona fide (never trained on):")
+    for g in sorted({r[2] for r in ood}):
+        q = np.array([r[4] for r in ood if r[2] == g], float)
+        print(f"  {g:<22} rejected at P < 0.5: {np.mean(q < 0.5):.3f}  ({q.size} clips)")
+
+    if not args.no_docs:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, axes = plt.subplots(1, 2, figsize=(11, 4.6))
+        ticks = np.array([0.001, 0.01, 0.02, 0.05, 0.1, 0.2, 0.4, 0.6, 0.8])
+
+        def draw(ax, sel: list[tuple[str, np.ndarray, np.ndarray]], title: str) -> None:
+            for k, (name, mb, ms) in enumerate(sel):
+                sc = np.concatenate([s[mb], s[ms]])
+                yy = np.concatenate([np.ones(mb.sum(), bool), np.zeros(ms.sum(), bool)])
+                d = det_curve(sc, yy)
+                ax.plot(d.x, d.y, c="k" if k == 0 else f"C{k - 1}", lw=2 if k == 0 else 1.2,
+                        label=f"{name} (EER {pair_eer(ms, mb):.1%})")  # fmt: skip
+            from eval.metrics import probit
+
+            ax.set_xticks(probit(ticks), [f"{t:g}" for t in 100 * ticks])
+            ax.set_yticks(probit(ticks), [f"{t:g}" for t in 100 * ticks])
+            lim = probit(np.array([0.0005, 0.95]))
+            ax.set(xlabel="spoofs accepted (%)", ylabel="bona fide rejected (%)", title=title)
+            ax.set(xlim=lim, ylim=lim)
+            ax.grid(alpha=0.3)
+            ax.legend(fontsize=8, loc="upper right")
+
+        draw(axes[0], [("all spoofs", bona, ~bona)] + [(c, bona, lab == c) for c in CLASSES[1:]],
+             "By attack class (held-out speakers)")  # fmt: skip
+        draw(
+            axes[1],
+            [("all channels", bona, ~bona)] + [(n, bona & (grp == n), ~bona & (grp == n)) for n in CHANNELS],
+            "By channel (bona fide and spoof of that channel)",
+        )
+        fig.suptitle("verilive anti-spoofing, shipped model through AntiSpoof.evaluate (eval/antispoof.py)")
+        fig.tight_layout()
+        fig.savefig(OUT_PNG, dpi=100)
+        print(f"\nwrote {OUT_PNG}")
+
+
+if __name__ == "__main__":
+    main()
