@@ -34,7 +34,7 @@ def main() -> None:
         x = np.tile(speech, 3)[: seconds * 16000]
         audio = Audio(x.reshape(-1, 1), 16000)
         anti.evaluate(audio)  # warm-up
-        names = ("vad", "spectrogram", "cues", "campplus-fcm", "network", "total")
+        names = ("vad", "spectrogram", "cues", "campplus-fcm", "networks", "total")
         stages: dict[str, list[float]] = {k: [] for k in names}
         for _ in range(args.repeats):
             t0 = time.perf_counter()
@@ -44,7 +44,7 @@ def main() -> None:
             t2 = time.perf_counter()
             c = utterance_features(x)
             t3 = time.perf_counter()
-            s = anti.fcm_statistics(x)
+            s = anti.fcm_frames(x)
             t4 = time.perf_counter()
             anti.logits(f, c, s)
             t5 = time.perf_counter()

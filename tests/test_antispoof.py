@@ -101,13 +101,16 @@ def test_committed_model_is_small_and_consistent(anti: AntiSpoof, shared_dir: Pa
     assert any(s.startswith("arctic-") for s in anti.meta["test_speakers"])
     assert anti.meta["cues"] == list(FEATURE_NAMES)
     assert anti.meta["fcm_seconds"] == anti.fcm_seconds > 0
-    # any length of spectrogram gives four logits, with cues measured, unmeasurable (NaN) or absurd
+    assert anti.meta["fcm"] == "frames"
+    # any length of spectrogram and front output gives four logits, with cues measured,
+    # unmeasurable (NaN) or absurd
     x = load(shared_dir / VOICE / "librispeech_251spk_gender/103-1240-0000.flac")[0]
-    cues, fcm = utterance_features(x), anti.fcm_statistics(x)
+    cues, fcm = utterance_features(x), anti.fcm_frames(x)
     for frames in (MIN_FRAMES, 333, 1200):
         for c in (cues, np.full(len(FEATURE_NAMES), np.nan), np.full(len(FEATURE_NAMES), 1e30)):
-            z = anti.logits(np.zeros((2, FrontEnd().bins, frames), np.float32) - 40, c, fcm)
-            assert z.shape == (4,) and np.all(np.isfinite(z))
+            for h in (fcm, fcm[:, :1], np.tile(fcm, 3)):
+                z = anti.logits(np.zeros((2, FrontEnd().bins, frames), np.float32) - 40, c, h)
+                assert z.shape == (4,) and np.all(np.isfinite(z))
 
 
 def test_fcm_input_is_trimmed_and_bounded() -> None:
@@ -123,16 +126,20 @@ def test_fcm_input_is_trimmed_and_bounded() -> None:
     assert fcm_input(np.zeros(16000 * 20, np.float32)).size == int(FCM_SECONDS * 16000)
 
 
-def test_fcm_statistics(anti: AntiSpoof, shared_dir: Path) -> None:
-    """The CAM++ front statistics: 640 finite values, the same for the same signal at another level
-    (the fbank is mean-normalised per clip), different for another recording."""
+def test_fcm_frames(anti: AntiSpoof, shared_dir: Path) -> None:
+    """The CAM++ front output: 320 finite values per 10 ms frame of the trimmed first
+    ``FCM_SECONDS``, the same for the same signal at another level (the fbank is mean-normalised per
+    clip), different for another recording."""
     a = load(shared_dir / VOICE / "librispeech_251spk_gender/103-1240-0000.flac")[0]
-    s = anti.fcm_statistics(a)
-    assert s.shape == (640,) and s.dtype == np.float32 and np.all(np.isfinite(s))
-    assert np.all(s[320:] >= 0)  # standard deviations
-    np.testing.assert_allclose(anti.fcm_statistics(0.3 * a), s, atol=0.05 * np.abs(s).max())
+    h = anti.fcm_frames(a)
+    assert h.dtype == np.float32 and np.all(np.isfinite(h))
+    assert h.shape[0] == 320 and 100 * a.size / 16000 - 50 <= h.shape[1] <= 100 * a.size / 16000
+    assert FCM_SECONDS * 100 - 3 <= anti.fcm_frames(np.tile(a, 3)).shape[1] <= FCM_SECONDS * 100
+    diff = np.abs(anti.fcm_frames(0.3 * a) - h)  # only the fbank floor in the quietest frames moves
+    assert diff.mean() < 0.005 * np.abs(h).max() and np.quantile(diff, 0.999) < 0.05 * np.abs(h).max()
     other = np.random.default_rng(5).standard_normal(a.size).astype(np.float32) * 0.05
-    assert np.abs(anti.fcm_statistics(other) - s).max() > 0.2 * np.abs(s).max()
+    g = anti.fcm_frames(other)
+    assert np.abs(g.mean(axis=1) - h.mean(axis=1)).max() > 0.2 * np.abs(h.mean(axis=1)).max()
 
 
 def test_features_are_level_invariant_and_trimmed() -> None:

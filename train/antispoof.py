@@ -17,14 +17,15 @@ non-determinism of multi-threaded CPU kernels, the same numbers):
 2. The network on the runtime front end (``verilive.voice.antispoof.features``, 2 s random crops,
    SpecAugment masks) and the runtime utterance cues (``verilive.voice.utterance_cues``, whole
    clip, cached in ``<cache>/cues.npz``), class-balanced sampling, one output per generator family
-   (``subclass_of``). Beside it, a multinomial logistic regression on the CAM++ front statistics
-   (``AntiSpoof.fcm_statistics``, cached in ``<cache>/fcm.npz``), fitted on the same training
-   clips. The validation clips' logits of both (4 + 4) fit a multinomial logistic fusion and
-   calibration; everything is folded into one exported network.
+   (``subclass_of``). Beside it, a small network on the frozen CAM++ front output
+   (``AntiSpoof.fcm_frames``, cached in ``<cache>/fcm_frames.npz``), trained on the same clips the
+   same way. On the validation clips each network is calibrated alone, and their summed
+   log-probabilities are recalibrated (``Fusion``); everything is folded into one exported graph.
 3. In-domain EER on the held-out speakers (whole clips), per class and per generator; rejection of
    the unseen-domain bona fide.
-4. Leave-one-generator-out: for each spoof generator a network is trained without it (fewer
-   epochs), and all its clips are scored against the held-out bona fide.
+4. Leave-one-generator-out: for each spoof generator both networks are trained without it (fewer
+   epochs) and fused on the validation clips without it, and all its clips are scored against the
+   held-out bona fide.
 5. ``--write``: src/verilive/voice/antispoof_model.onnx, docs/antispoof_det.png, and the result
    tables into docs/antispoof.md (between its result markers) and ``<cache>/results.md``.
 
@@ -41,7 +42,7 @@ import time
 import zlib
 from collections import defaultdict
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +51,7 @@ import soundfile as sf
 
 from train.antispoof_data import DEFAULT_CACHE, Clip, read_manifest
 from verilive.voice.antispoof import CLASSES, FCM_SECONDS, MODEL_FILE, SR, FrontEnd, features
+from verilive.voice.campplus import FCM_CHANNELS
 from verilive.voice.utterance_cues import FEATURE_NAMES, utterance_features
 
 REPO = Path(__file__).resolve().parents[1]
@@ -130,7 +132,7 @@ class Data:
     gen: np.ndarray
     split: dict[str, str]
     cues: np.ndarray | None = None  # (clips, len(FEATURE_NAMES)) utterance cues
-    fcm: np.ndarray | None = None  # (clips, 640) CAM++ front statistics
+    fcm: list[np.ndarray] | None = None  # per clip (320, frames) CAM++ front output, float16
 
 
 def subclass_of(label: str, generator: str) -> str:
@@ -164,25 +166,28 @@ def _fcm_worker(path: str) -> np.ndarray:
         _FCM_ANTI = AntiSpoof(intra_op_threads=1)
     x, sr = sf.read(path, dtype="float32")
     assert sr == SR
-    return _FCM_ANTI.fcm_statistics(x)
+    return _FCM_ANTI.fcm_frames(x).astype(np.float16)
 
 
-def load_fcm(cache: Path, clips: list[Clip], workers: int = 2) -> np.ndarray:
-    """CAM++ front statistics of every clip (the runtime function), cached in ``<cache>/fcm.npz``."""
+def load_fcm(cache: Path, clips: list[Clip], workers: int = 2) -> list[np.ndarray]:
+    """CAM++ front output (320, frames) of every clip (the runtime function), cached in
+    ``<cache>/fcm_frames.npz``."""
     from concurrent.futures import ProcessPoolExecutor
 
-    store = cache / "fcm.npz"
+    store = cache / "fcm_frames.npz"
     ids = [c.id for c in clips]
     if store.exists():
         with np.load(store, allow_pickle=False) as z:
             if list(z["ids"]) == ids:
-                return z["X"]
+                off, x = z["offsets"], z["X"]
+                return [x[:, off[i] : off[i + 1]] for i in range(len(ids))]
     t = time.time()
     with ProcessPoolExecutor(workers) as ex:
-        x = np.stack(list(ex.map(_fcm_worker, [str(cache / c.path) for c in clips], chunksize=16)))
-    np.savez(store, ids=np.array(ids), X=x)
-    print(f"CAM++ front statistics of {len(clips)} clips in {time.time() - t:.0f} s", flush=True)
-    return x
+        hs = list(ex.map(_fcm_worker, [str(cache / c.path) for c in clips], chunksize=16))
+    offsets = np.cumsum([0] + [h.shape[1] for h in hs])
+    np.savez(store, ids=np.array(ids), offsets=offsets, X=np.concatenate(hs, axis=1))
+    print(f"CAM++ front output of {len(clips)} clips in {time.time() - t:.0f} s", flush=True)
+    return hs
 
 
 def load_cues(cache: Path, clips: list[Clip], workers: int = 2) -> np.ndarray:
@@ -386,6 +391,45 @@ def build_net(mean: np.ndarray, std: np.ndarray, cues: np.ndarray, sub_class: li
     return LCNN()
 
 
+def build_fcm_net(mean: np.ndarray, std: np.ndarray, sub_class: list[int], width: int = 128) -> Any:
+    """A small time-convolutional network on the frozen CAM++ front output (320 rows per 10 ms
+    frame): a 1x1 projection, two dilated convolutions (receptive field 13 frames), mean and
+    standard deviation over time, one output per generator family summed per class as in the LCNN.
+    About 0.14 M multiply-adds per frame."""
+    import torch
+    from torch import nn
+
+    member = np.zeros((len(sub_class), len(CLASSES)), np.float32)
+    member[np.arange(len(sub_class)), sub_class] = 1.0
+
+    class FrontNet(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.register_buffer("mean", torch.tensor(mean, dtype=torch.float32).view(1, -1, 1))
+            self.register_buffer("std", torch.tensor(std, dtype=torch.float32).view(1, -1, 1))
+            self.register_buffer("member", torch.tensor(member))
+            self.body = nn.Sequential(
+                nn.Dropout(0.2),
+                nn.Conv1d(len(mean), width, 1), nn.BatchNorm1d(width), nn.ReLU(),
+                nn.Conv1d(width, width, 3, padding=2, dilation=2), nn.BatchNorm1d(width), nn.ReLU(),
+                nn.Conv1d(width, width, 3, padding=4, dilation=4), nn.BatchNorm1d(width), nn.ReLU(),
+            )  # fmt: skip
+            self.head = nn.Sequential(nn.Dropout(0.3), nn.Linear(2 * width, len(sub_class)))
+
+        def sub_logits(self, h: torch.Tensor) -> torch.Tensor:
+            z = self.body((h - self.mean) / self.std)
+            mu = z.mean(dim=2)
+            sd = torch.sqrt(((z - mu[:, :, None]) ** 2).mean(dim=2) + 1e-6)  # defined for one frame too
+            return self.head(torch.cat([mu, sd], dim=1))
+
+        def forward(self, h: torch.Tensor) -> torch.Tensor:
+            z = self.sub_logits(h)
+            top = z.max(dim=1, keepdim=True).values
+            return torch.log(torch.exp(z - top) @ self.member + 1e-30) + top
+
+    return FrontNet()
+
+
 @dataclass
 class TrainConfig:
     epochs: int = 60  # 20 -> 60: validation EER 6.2 -> 4.0 % (network alone, docs/antispoof.md)
@@ -393,6 +437,11 @@ class TrainConfig:
     batch: int = 32
     crop: int = 200  # frames (2 s)
     lr: float = 2e-3
+    weight_decay: float = 1e-3
+
+
+FCM_CFG = TrainConfig(epochs=30, weight_decay=1e-2)  # the front-output network (fast: ~5 s per epoch)
+LOGO_FCM_EPOCHS = 10
 
 
 def sample_weights(d: Data, idx: np.ndarray) -> np.ndarray:
@@ -431,24 +480,19 @@ def crop_batch(
     return out
 
 
-def train_net(d: Data, tr: np.ndarray, cfg: TrainConfig, seed: int, log: str = "") -> Any:
+def fit_net(
+    net: Any, d: Data, tr: np.ndarray, cfg: TrainConfig, rng: np.random.Generator,
+    inputs: Callable[[np.ndarray], tuple[Any, ...]], log: str,
+) -> Any:  # fmt: skip
+    """The shared training loop: class-balanced batches, AdamW with a one-cycle schedule, label
+    smoothing, one target per generator family. ``inputs(picks)``: the network's input tensors."""
     import torch
 
-    torch.manual_seed(seed)
-    rng = np.random.default_rng(seed)
-    assert d.cues is not None
-    sub = rng.choice(tr, size=min(len(tr), 400), replace=False)
-    allf = np.concatenate([d.feats[i].astype(np.float32) for i in sub], axis=2)
-    subs = subclasses(d)
-    names = [s for s, _ in subs]
-    net = build_net(
-        allf.mean(axis=2), allf.std(axis=2) + 1e-3, d.cues[tr], [CLASSES.index(c) for _, c in subs]
-    )
-    net.cue_drop = 0.1
-    opt = torch.optim.AdamW(net.parameters(), lr=cfg.lr, weight_decay=1e-3)
+    opt = torch.optim.AdamW(net.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     total = cfg.epochs * cfg.steps_per_epoch
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=cfg.lr, total_steps=total, pct_start=0.15)
     w = sample_weights(d, tr)
+    names = [s for s, _ in subclasses(d)]
     y_all = np.array([names.index(subclass_of(lab, g)) for lab, g in zip(d.lab, d.gen, strict=True)])
     loss_fn = torch.nn.CrossEntropyLoss(label_smoothing=0.05)
     t = time.time()
@@ -457,11 +501,8 @@ def train_net(d: Data, tr: np.ndarray, cfg: TrainConfig, seed: int, log: str = "
         run = 0.0
         for _ in range(cfg.steps_per_epoch):
             picks = rng.choice(tr, size=cfg.batch, p=w)
-            x = torch.from_numpy(crop_batch(d.feats, picks, cfg.crop, rng, augment=True))
-            c = torch.from_numpy(d.cues[picks].astype(np.float32))
-            y = torch.from_numpy(y_all[picks])
             opt.zero_grad()
-            loss = loss_fn(net.sub_logits(x, c), y)
+            loss = loss_fn(net.sub_logits(*inputs(picks)), torch.from_numpy(y_all[picks]))
             loss.backward()
             opt.step()
             sched.step()
@@ -473,6 +514,54 @@ def train_net(d: Data, tr: np.ndarray, cfg: TrainConfig, seed: int, log: str = "
         )
     net.eval()
     return net
+
+
+def train_net(d: Data, tr: np.ndarray, cfg: TrainConfig, seed: int, log: str = "") -> Any:
+    import torch
+
+    torch.manual_seed(seed)
+    rng = np.random.default_rng(seed)
+    assert d.cues is not None
+    cues = d.cues
+    sub = rng.choice(tr, size=min(len(tr), 400), replace=False)
+    allf = np.concatenate([d.feats[i].astype(np.float32) for i in sub], axis=2)
+    net = build_net(
+        allf.mean(axis=2), allf.std(axis=2) + 1e-3, cues[tr], [CLASSES.index(c) for _, c in subclasses(d)]
+    )
+    net.cue_drop = 0.1
+
+    def inputs(picks: np.ndarray) -> tuple[Any, ...]:
+        x = torch.from_numpy(crop_batch(d.feats, picks, cfg.crop, rng, augment=True))
+        return x, torch.from_numpy(cues[picks].astype(np.float32))
+
+    return fit_net(net, d, tr, cfg, rng, inputs, log)
+
+
+def train_fcm_net(d: Data, tr: np.ndarray, cfg: TrainConfig, seed: int, log: str = "") -> Any:
+    """The network on the CAM++ front output: random 2 s crops, no masking (the front module is
+    frozen, so the crops are the only augmentation)."""
+    import torch
+
+    torch.manual_seed(seed)
+    rng = np.random.default_rng(seed)
+    fcm = d.fcm
+    assert fcm is not None
+    sub = rng.choice(tr, size=min(len(tr), 400), replace=False)
+    allh = np.concatenate([fcm[i].astype(np.float32) for i in sub], axis=1)
+    classes = [CLASSES.index(c) for _, c in subclasses(d)]
+    net = build_fcm_net(allh.mean(axis=1), allh.std(axis=1) + 1e-3, classes)
+
+    def inputs(picks: np.ndarray) -> tuple[Any, ...]:
+        out = np.empty((len(picks), fcm[0].shape[0], cfg.crop), np.float32)
+        for k, i in enumerate(picks):
+            h = fcm[i]
+            if h.shape[1] < cfg.crop:
+                h = np.tile(h, (1, -(-cfg.crop // h.shape[1])))
+            s = int(rng.integers(0, h.shape[1] - cfg.crop + 1))
+            out[k] = h[:, s : s + cfg.crop]
+        return (torch.from_numpy(out),)
+
+    return fit_net(net, d, tr, cfg, rng, inputs, f"{log}[front] ")
 
 
 def predict(net: Any, d: Data, idx: np.ndarray, max_frames: int = 800) -> np.ndarray:
@@ -495,12 +584,27 @@ def predict(net: Any, d: Data, idx: np.ndarray, max_frames: int = 800) -> np.nda
     return out
 
 
-FCM_C = 0.01  # inverse L2 strength of the front-statistics regression (0.003-0.03 gave the same EER)
+def predict_fcm(net: Any, d: Data, idx: np.ndarray) -> np.ndarray:
+    """Class logits of the front-output network on whole clips (at most ``FCM_SECONDS``)."""
+    import torch
+
+    fcm = d.fcm
+    assert fcm is not None
+    out = np.zeros((len(idx), 4))
+    lengths = np.array([fcm[i].shape[1] for i in idx])
+    with torch.no_grad():
+        for n in np.unique(lengths):
+            pos = np.flatnonzero(lengths == n)
+            for s in range(0, len(pos), 32):
+                p = pos[s : s + 32]
+                h = np.stack([fcm[idx[k]] for k in p]).astype(np.float32)
+                out[p] = net(torch.from_numpy(h)).numpy()
+    return out
 
 
 @dataclass
 class Linear:
-    """An affine map ``x @ w.T + b`` in the units of its input (standardisation folded in)."""
+    """An affine map ``x @ w.T + b``."""
 
     w: np.ndarray
     b: np.ndarray
@@ -509,12 +613,36 @@ class Linear:
         return np.asarray(x, np.float64) @ self.w.T + self.b
 
 
-def fit_fcm(d: Data, idx: np.ndarray) -> Linear:
-    """Multinomial logistic regression (class-balanced) from CAM++ front statistics to the 4 classes."""
+def log_softmax(z: np.ndarray) -> np.ndarray:
+    top = z.max(axis=1, keepdims=True)
+    return z - top - np.log(np.exp(z - top).sum(axis=1, keepdims=True))
+
+
+def fit_calibration(z: np.ndarray, labels: np.ndarray) -> Linear:
+    """Multinomial logistic regression (class-balanced, mild L2) from logits to the 4 classes."""
+    from sklearn.linear_model import LogisticRegression
+
+    y = np.array([CLASSES.index(x) for x in labels])
+    lr = LogisticRegression(C=10.0, class_weight="balanced", max_iter=5000).fit(z, y)
+    return Linear(lr.coef_, lr.intercept_)
+
+
+FCM_C = 0.01  # inverse L2 strength of the front-statistics regression (0.003-0.03 gave the same EER)
+
+
+def fcm_stats(h: np.ndarray) -> np.ndarray:
+    """(640,) mean and standard deviation over time of one (320, frames) front output."""
+    x = np.asarray(h, np.float64)
+    return np.concatenate([x.mean(axis=1), x.std(axis=1)])
+
+
+def fit_fcm_linear(d: Data, idx: np.ndarray) -> Linear:
+    """Multinomial logistic regression (class-balanced) from the front statistics to the 4 classes,
+    standardisation folded into the weights."""
     from sklearn.linear_model import LogisticRegression
 
     assert d.fcm is not None
-    x = d.fcm[idx].astype(np.float64)
+    x = np.stack([fcm_stats(d.fcm[i]) for i in idx])
     mu, sd = x.mean(axis=0), x.std(axis=0) + 1e-6
     y = np.array([CLASSES.index(v) for v in d.lab[idx]])
     lr = LogisticRegression(C=FCM_C, class_weight="balanced", max_iter=5000).fit((x - mu) / sd, y)
@@ -522,46 +650,80 @@ def fit_fcm(d: Data, idx: np.ndarray) -> Linear:
     return Linear(w, lr.intercept_ - w @ mu)
 
 
-def fit_fusion(net_logits: np.ndarray, fcm_logits: np.ndarray, labels: np.ndarray) -> Linear:
-    """Fusion and calibration: multinomial logistic regression from the two branches' 4 + 4 logits
-    to the 4 classes, on clips neither branch was trained on (class-balanced)."""
-    from sklearn.linear_model import LogisticRegression
+@dataclass
+class Fusion:
+    """Product of calibrated experts: each branch's logits are calibrated alone, their
+    log-probabilities added (class priors are equal after the balanced calibration), and the sum
+    recalibrated, since correlated experts added are over-confident. Unlike a regression on all
+    branches' logits, it cannot learn to ignore a branch because that branch was wrong less often
+    on the generators it saw: a branch that is sure of a spoof pulls the score down."""
 
-    y = np.array([CLASSES.index(x) for x in labels])
-    lr = LogisticRegression(C=10.0, class_weight="balanced", max_iter=5000)
-    lr.fit(np.hstack([net_logits, fcm_logits]), y)
-    return Linear(lr.coef_, lr.intercept_)
+    cals: list[Linear]
+    out: Linear
+
+    def __call__(self, *z: np.ndarray) -> np.ndarray:
+        return self.out(sum(log_softmax(c(x)) for c, x in zip(self.cals, z, strict=True)))
+
+
+def fit_fusion(branches: list[np.ndarray], labels: np.ndarray) -> Fusion:
+    """Fit the fusion on clips no branch was trained on."""
+    cals = [fit_calibration(z, labels) for z in branches]
+    summed = sum(log_softmax(c(z)) for c, z in zip(cals, branches, strict=True))
+    return Fusion(cals, fit_calibration(summed, labels))
+
+
+BRANCHES = ("network (spectrogram + cues)", "CAM++ front network", "CAM++ front statistics regression")
 
 
 @dataclass
 class Model:
-    """The trained network, the front-statistics regression and the fusion on top of both."""
+    """The spectrogram-and-cues network, the front-output network, the front-statistics regression
+    and the fusion of the three."""
 
     net: Any
-    fcm: Linear
-    fusion: Linear
+    fcm_net: Any
+    fcm_linear: Linear
+    fusion: Fusion
+
+    def branches(self, d: Data, idx: np.ndarray, max_frames: int = 800) -> list[np.ndarray]:
+        assert d.fcm is not None
+        stats = np.stack([fcm_stats(d.fcm[i]) for i in idx])
+        return [
+            predict(self.net, d, idx, max_frames),
+            predict_fcm(self.fcm_net, d, idx),
+            self.fcm_linear(stats),
+        ]
 
     def logits(self, d: Data, idx: np.ndarray, max_frames: int = 800) -> np.ndarray:
-        assert d.fcm is not None
-        return self.fusion(np.hstack([predict(self.net, d, idx, max_frames), self.fcm(d.fcm[idx])]))
+        return self.fusion(*self.branches(d, idx, max_frames))
 
-    def branch_logits(self, d: Data, idx: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Each branch alone, calibrated on the validation clips like the fusion (for the report)."""
-        assert d.fcm is not None
-        va = np.flatnonzero(d.part == "val")
-        out = []
-        for f in (lambda i: predict(self.net, d, i), lambda i: self.fcm(d.fcm[i])):
-            cal = fit_fusion(f(va), np.zeros((len(va), 0)), d.lab[va])
-            out.append(cal(f(idx)))
-        return out[0], out[1]
+    def alternatives(self, d: Data, va: np.ndarray, idx: np.ndarray) -> list[np.ndarray]:
+        """For the report (``ALTERNATIVES``): each branch alone with its calibration, the product of
+        the two networks without the regression, and a regression on all branches' logits (the
+        earlier fusion rule), the last two fitted on ``va`` like the fusion."""
+        zs, vs = self.branches(d, idx), self.branches(d, va)
+        alone = [c(z) for c, z in zip(self.fusion.cals, zs, strict=True)]
+        two = fit_fusion(vs[:2], d.lab[va])(*zs[:2])
+        regression = fit_calibration(np.hstack(vs), d.lab[va])(np.hstack(zs))
+        return [*alone, two, regression]
 
 
-def train_model(d: Data, tr: np.ndarray, va: np.ndarray, cfg: TrainConfig, seed: int, log: str = "") -> Model:
-    """Network and front-statistics regression on ``tr``; their fusion on ``va``."""
+ALTERNATIVES = (
+    *(f"{b} alone" for b in BRANCHES),
+    "product of the two networks only",
+    "regression on all branches' logits",
+)
+
+
+def train_model(
+    d: Data, tr: np.ndarray, va: np.ndarray, cfg: TrainConfig, fcm_cfg: TrainConfig, seed: int, log: str = ""
+) -> Model:
+    """The branches on ``tr``; their fusion on ``va``."""
     net = train_net(d, tr, cfg, seed, log)
-    fcm = fit_fcm(d, tr)
-    assert d.fcm is not None
-    return Model(net, fcm, fit_fusion(predict(net, d, va), fcm(d.fcm[va]), d.lab[va]))
+    fcm_net = train_fcm_net(d, tr, fcm_cfg, seed, log)
+    m = Model(net, fcm_net, fit_fcm_linear(d, tr), Fusion([], Linear(np.eye(4), np.zeros(4))))
+    m.fusion = fit_fusion(m.branches(d, va), d.lab[va])
+    return m
 
 
 def export(model: Model, fe: FrontEnd, meta: dict[str, Any], path: Path) -> None:
@@ -579,19 +741,27 @@ def export(model: Model, fe: FrontEnd, meta: dict[str, Any], path: Path) -> None
     class Fused(nn.Module):
         def __init__(self) -> None:
             super().__init__()
-            self.net, self.fcm, self.fusion = model.net, linear(model.fcm), linear(model.fusion)
+            f = model.fusion
+            self.net, self.fcm_net, self.fcm_linear = model.net, model.fcm_net, linear(model.fcm_linear)
+            self.cals = nn.ModuleList([linear(c) for c in f.cals])
+            self.out = linear(f.out)
 
-        def forward(self, x: torch.Tensor, c: torch.Tensor, f: torch.Tensor) -> torch.Tensor:
-            return self.fusion(torch.cat([self.net(x, c), self.fcm(f)], dim=1))
+        def forward(self, x: torch.Tensor, c: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+            mu = h.mean(dim=2)
+            stats = torch.cat([mu, torch.sqrt(((h - mu[:, :, None]) ** 2).mean(dim=2))], dim=1)
+            z = (self.net(x, c), self.fcm_net(h), self.fcm_linear(stats))
+            return self.out(
+                sum(torch.log_softmax(cal(b), dim=1) for cal, b in zip(self.cals, z, strict=True))
+            )
 
     fused = Fused().eval()
     x = torch.zeros(1, 2, fe.bins, 300)
     c = torch.zeros(1, len(FEATURE_NAMES))
-    f = torch.zeros(1, model.fcm.w.shape[1])
+    h = torch.zeros(1, FCM_CHANNELS, 300)
     tmp = path.with_suffix(".tmp.onnx")
     torch.onnx.export(
-        fused, (x, c, f), str(tmp), input_names=["features", "cues", "fcm"], output_names=["logits"],
-        dynamic_axes={"features": {3: "frames"}}, opset_version=17, dynamo=False,
+        fused, (x, c, h), str(tmp), input_names=["features", "cues", "fcm"], output_names=["logits"],
+        dynamic_axes={"features": {3: "frames"}, "fcm": {2: "fcm_frames"}}, opset_version=17, dynamo=False,
     )  # fmt: skip
     model = onnx.load(str(tmp))
     tmp.unlink()
@@ -619,16 +789,21 @@ def run_lcnn(cache: Path, logo: bool, logo_epochs: int, write: bool, logo_only: 
         from verilive.voice.antispoof import AntiSpoof
 
         shipped = AntiSpoof(OUT_MODEL)
-        lt = np.stack([shipped.logits(d.feats[i].astype(np.float32), d.cues[i], d.fcm[i]) for i in te])
+        fcm = d.fcm
+        lt = np.stack(
+            [shipped.logits(d.feats[i].astype(np.float32), d.cues[i], fcm[i].astype(np.float32)) for i in te]
+        )
     else:
-        model = train_model(d, tr, va, cfg, SEED)
+        model = train_model(d, tr, va, cfg, FCM_CFG, SEED)
         lt, lo = model.logits(d, te), model.logits(d, ood)
         out(f"## In-domain EER (held-out speakers; score = calibrated P(bona fide)); {cfg.epochs} epochs\n")
         in_domain_tables(d, te, lt, out)
-        ln, lf = model.branch_logits(d, te)
         bona = d.lab[te] == "bonafide"
-        out("Each branch alone (calibrated on the validation clips the same way), pooled EER: ")
-        for name, z in (("network (spectrogram + cues)", ln), ("CAM++ front statistics", lf)):
+        out(
+            "Each branch alone, and other fusion rules (not shipped; fitted on the validation clips), "
+            "pooled EER:"
+        )
+        for name, z in zip(ALTERNATIVES, model.alternatives(d, va, te), strict=True):
             out(f"* {name}: {pct(eer(bona_logodds(z)[bona], bona_logodds(z)[~bona]))}")
         out()
         out("## Unseen-domain bona fide (Debian speech packages, never trained on)\n")
@@ -638,7 +813,7 @@ def run_lcnn(cache: Path, logo: bool, logo_epochs: int, write: bool, logo_only: 
             meta = {
                 "frontend": asdict(fe), "classes": list(CLASSES), "seed": SEED, "epochs": cfg.epochs,
                 "cues": list(FEATURE_NAMES), "subclasses": [s for s, _ in subclasses(d)],
-                "fcm_seconds": FCM_SECONDS, "fcm_c": FCM_C,
+                "fcm_seconds": FCM_SECONDS, "fcm": "frames", "fcm_epochs": FCM_CFG.epochs,
                 "test_speakers": sorted(s for s, p in d.split.items() if p == "test"),
             }  # fmt: skip
             export(model, fe, meta, OUT_MODEL)
@@ -649,54 +824,57 @@ def run_lcnn(cache: Path, logo: bool, logo_epochs: int, write: bool, logo_only: 
     if logo:
         out(
             f"## Leave-one-generator-out EER (generator never trained on; vs held-out bona fide; "
-            f"network, {logo_epochs} epochs)\n"
+            f"networks {logo_epochs} and {LOGO_FCM_EPOCHS} epochs)\n"
         )
         out(
-            "| class | held-out generator | clips | EER, generator left out | network branch alone "
-            "| CAM++ front branch alone | EER, in-domain, same schedule |"
+            "| class | held-out generator | clips | EER, generator left out | network alone "
+            "| front network alone | front regression alone | two networks only | regression fusion "
+            "| EER, in-domain, same schedule |"
         )
-        out("|---|---|---|---|---|---|---|")
+        out("|---|---|---|---|---|---|---|---|---|---|")
         rows = []
         lcfg = TrainConfig(epochs=logo_epochs)
+        lfcm = replace(FCM_CFG, epochs=LOGO_FCM_EPOCHS)
         # control: the same short schedule with every generator seen (held-out speakers only)
-        ctl = train_model(d, tr, va, lcfg, SEED + 1, log="[control] ")
+        ctl = train_model(d, tr, va, lcfg, lfcm, SEED + 1, log="[control] ")
         ctl_te = bona_logodds(ctl.logits(d, te))
         ctl_bona = ctl_te[d.lab[te] == "bonafide"]
         for g in sorted(set(d.gen[d.lab != "bonafide"])):
             gi = np.flatnonzero(d.gen == g)
             keep, va_g = tr[d.gen[tr] != g], va[d.gen[va] != g]
-            m = train_model(d, keep, va_g, lcfg, SEED + 1, log=f"[-{g}] ")
+            m = train_model(d, keep, va_g, lcfg, lfcm, SEED + 1, log=f"[-{g}] ")
             both = np.concatenate([bona_te, gi])
             z = bona_logodds(m.logits(d, both))
             bona, sp = z[: len(bona_te)], z[len(bona_te) :]
-            net_z = predict(m.net, d, both)
-            fcm_z = m.fcm(d.fcm[both])
-            branch = []
-            for bz in (net_z, fcm_z):  # a branch alone, calibrated on the fold's validation clips
-                va_z = predict(m.net, d, va_g) if bz is net_z else m.fcm(d.fcm[va_g])
-                cal = fit_fusion(va_z, np.zeros((len(va_g), 0)), d.lab[va_g])
-                o = bona_logodds(cal(bz))
-                branch.append(eer(o[: len(bona_te)], o[len(bona_te) :]))
+            alternatives = m.alternatives(d, va_g, both)
+            branch = [eer(o[: len(bona_te)], o[len(bona_te) :]) for o in map(bona_logodds, alternatives)]
             e = eer(bona, sp)
             e_in = eer(ctl_bona, ctl_te[d.gen[te] == g])
             rows.append((str(d.lab[gi[0]]), g, e, e_in, *branch))
             logo_scores[g] = sp
             logo_scores[f"bona_without_{g}"] = bona
+            # each branch's calibrated 4-way logits on the fold's test clips (bona fide first) and
+            # validation clips, for trying other fusion rules without retraining
+            logo_scores[f"branches_{g}"] = np.stack(alternatives[:3])
+            cal_va = zip(m.fusion.cals, m.branches(d, va_g), strict=True)
+            logo_scores[f"val_branches_{g}"] = np.stack([c(z) for c, z in cal_va])
+            logo_scores[f"val_labels_{g}"] = d.lab[va_g]
             out(
-                f"| {d.lab[gi[0]]} | {g} | {len(gi)} | {pct(e)} | {pct(branch[0])} | {pct(branch[1])} "
-                f"| {pct(e_in)} |"
+                f"| {d.lab[gi[0]]} | {g} | {len(gi)} | {pct(e)} | "
+                + " | ".join(pct(b) for b in branch)
+                + f" | {pct(e_in)} |"
             )
             if write:  # each fold's spoof scores and its own held-out bona fide scores
                 np.savez(cache / "logo_scores.npz", **logo_scores)
 
         def means(sel: list[tuple[Any, ...]]) -> str:
-            m = [float(np.nanmean([r[k] for r in sel])) for k in (2, 4, 5, 3)]
+            m = [float(np.nanmean([r[k] for r in sel])) for k in (2, 4, 5, 6, 7, 8, 3)]
             return " | ".join(pct(v) for v in m)
 
         for cls in CLASSES[1:]:
             out(f"| {cls} | mean over its generators | – | {means([r for r in rows if r[0] == cls])} |")
         out(f"| all | mean over {len(rows)} generators | – | {means(rows)} |")
-        worst = [pct(float(np.max([r[k] for r in rows]))) for k in (2, 4, 5)]
+        worst = [pct(float(np.max([r[k] for r in rows]))) for k in (2, 4, 5, 6, 7, 8)]
         out(f"| all | worst generator | – | {' | '.join(worst)} | – |")
         out()
     if write:
@@ -726,8 +904,11 @@ def check_export(model: Model, d: Data, idx: np.ndarray) -> None:
 
     a = AntiSpoof(OUT_MODEL)
     assert d.cues is not None and d.fcm is not None
+    fcm = d.fcm
     ref = model.logits(d, idx, max_frames=10**6)
-    got = np.stack([a.logits(d.feats[i].astype(np.float32), d.cues[i], d.fcm[i]) for i in idx])
+    got = np.stack(
+        [a.logits(d.feats[i].astype(np.float32), d.cues[i], fcm[i].astype(np.float32)) for i in idx]
+    )
     err = float(np.abs(ref - got).max())
     print(f"ONNX vs torch: max |logit difference| {err:.2e}")
     assert err < 1e-3
@@ -815,12 +996,12 @@ def parse_logo_rows(text: str) -> list[tuple[str, str, float, float]]:
         return rows
     for line in text.split("## Leave-one-generator-out", 1)[1].splitlines():
         cells = [c.strip() for c in line.strip("|").split("|")]
-        if len(cells) == 7 and cells[0] in CLASSES and cells[2] != "–":
+        if len(cells) == 10 and cells[0] in CLASSES and cells[2] != "–":
 
             def num(c: str) -> float:
                 return float(c.rstrip(" %")) / 100 if c != "–" else float("nan")
 
-            rows.append((cells[0], cells[1], num(cells[3]), num(cells[6])))
+            rows.append((cells[0], cells[1], num(cells[3]), num(cells[9])))
     return rows
 
 

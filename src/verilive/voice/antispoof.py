@@ -13,14 +13,16 @@ input normalisation and its calibration folded in (docs/antispoof.md):
 2. utterance cues (:mod:`verilive.voice.utterance_cues`): 32 statistics of voicing, relative
    harmonic phase (RPS), instantaneous-frequency consistency, band flatness and modulation, which
    show the resynthesis (vocoders, Griffin-Lim) that keeps the magnitude spectrum intact;
-3. CAM++ front statistics (:meth:`verilive.voice.campplus.CamPlusPlus.fcm_statistics`): the mean
-   and spread over time of the speaker model's frozen 2-D convolutional front module (640 values)
-   on the first ``FCM_SECONDS`` of the trimmed signal; a linear branch on them catches vocoder
-   traces (WORLD) that the other two miss;
-4. the network maps the (1, 2, 256, frames) features, the (1, 32) cues and the (1, 640) front
-   statistics to four calibrated logits (bona fide, replay, TTS, VC); a softmax gives ``score`` =
-   P(bona fide) and ``scoreReplay``, ``scoreTts``, ``scoreVc`` = P(each attack class), which sum
-   to 1.
+3. CAM++ front output (:meth:`verilive.voice.campplus.CamPlusPlus.fcm_frames`): the speaker
+   model's frozen 2-D convolutional front module (320 values per 10 ms frame) on the first
+   ``FCM_SECONDS`` of the trimmed signal; a second, small network on it catches vocoder and TTS
+   traces that the spectrogram network misses;
+4. the model has three branches: a network on the (1, 2, 256, frames) features and the (1, 32)
+   cues, a second network on the (1, 320, frames) front output, and a linear regression on that
+   output's mean and spread over time. Each branch is calibrated alone, their log-probabilities
+   are added and the sum recalibrated, giving four logits (bona fide, replay, TTS, VC); a softmax
+   gives ``score`` = P(bona fide) and ``scoreReplay``, ``scoreTts``, ``scoreVc`` = P(each attack
+   class), which sum to 1.
 
 Input that cannot be judged (no audio, clipped, no speech, less than ``MIN_SPEECH_S`` of speech)
 gets only ``unsuitableInputMessage``, every score null.
@@ -198,6 +200,8 @@ class AntiSpoof:
             raise ValueError(f"unexpected anti-spoofing classes {classes}")
         if tuple(self.meta.get("cues", ())) != FEATURE_NAMES:
             raise ValueError("the anti-spoofing model was trained on other utterance cues")
+        if self.meta.get("fcm") != "frames":
+            raise ValueError("the anti-spoofing model was made for another CAM++ front input")
         self.fcm_seconds = float(self.meta.get("fcm_seconds", FCM_SECONDS))
         self.vad = vad
         self._embedder = embedder
@@ -218,10 +222,10 @@ class AntiSpoof:
             self._embedder = CamPlusPlus.from_registry(ModelRegistry(ids=[MODEL_ID]))
         return self._embedder
 
-    def fcm_statistics(self, wave16k: np.ndarray) -> np.ndarray:
-        """(640,) CAM++ front statistics of a 16 kHz mono signal (see :func:`fcm_input`)."""
+    def fcm_frames(self, wave16k: np.ndarray) -> np.ndarray:
+        """(320, frames) CAM++ front output of a 16 kHz mono signal (see :func:`fcm_input`)."""
         emb = self.embedder
-        return emb.fcm_statistics(emb.features(fcm_input(wave16k, self.frontend, self.fcm_seconds)))
+        return emb.fcm_frames(emb.features(fcm_input(wave16k, self.frontend, self.fcm_seconds)))
 
     def speech_seconds(self, wave: np.ndarray, sample_rate: int) -> float:
         if self.vad is not None:
@@ -258,11 +262,11 @@ class AntiSpoof:
 
     def logits(self, feats: np.ndarray, cues: np.ndarray, fcm: np.ndarray) -> np.ndarray:
         """Calibrated logits (4,) of one (2, bins, frames) :func:`features` array, its (32,)
-        utterance cues (NaN where not measurable) and its (640,) CAM++ front statistics."""
+        utterance cues (NaN where not measurable) and its (320, frames) CAM++ front output."""
         inputs = {
             "features": feats[None],
             "cues": np.asarray(cues, np.float32).reshape(1, -1),
-            "fcm": np.asarray(fcm, np.float32).reshape(1, -1),
+            "fcm": np.asarray(fcm, np.float32)[None],
         }
         (out,) = self.session.run(None, inputs)
         return np.asarray(out[0], dtype=np.float64)
@@ -273,7 +277,7 @@ class AntiSpoof:
         feats = features(x, self.frontend)
         if feats.shape[2] < MIN_FRAMES:
             return None
-        return _softmax(self.logits(feats, utterance_features(x), self.fcm_statistics(x)))
+        return _softmax(self.logits(feats, utterance_features(x), self.fcm_frames(x)))
 
     def evaluate(self, audio: Audio, speech_seconds: float | None = None) -> AntispoofResult:
         """Judge ``audio``. ``speech_seconds``: speech length already measured by the caller's VAD

@@ -4,7 +4,7 @@ waveform (16 kHz mono, float in [-1, 1)) -> 80-bin Kaldi log-mel fbank, mean-nor
 ONNX model ``campplus`` -> 192-d embedding (not L2-normalised). See docs/model-campplus.md.
 
 The model's 2-D convolutional front module (FCM, before the x-vector part) also serves as a frozen
-feature extractor for voice anti-spoofing (:meth:`CamPlusPlus.fcm_statistics`): it keeps frequency
+feature extractor for voice anti-spoofing (:meth:`CamPlusPlus.fcm_frames`): it keeps frequency
 resolution and shows vocoder and channel traces that the speaker embedding discards.
 """
 
@@ -163,16 +163,14 @@ class CamPlusPlus:
                 self._fcm_session = _fcm_session(self.model_path, self.intra_op_threads)
             return self._fcm_session
 
-    def fcm_statistics(self, feats: np.ndarray) -> np.ndarray:
-        """(640,) float32 mean and standard deviation over time of the FCM output of (T, 80) features
-        from :meth:`features`; channel index c * 10 + frequency row."""
+    def fcm_frames(self, feats: np.ndarray) -> np.ndarray:
+        """(320, T) float32 FCM output of (T, 80) features from :meth:`features`, one column per
+        frame; row index c * 10 + frequency row."""
         f = np.ascontiguousarray(feats, dtype=np.float32)
         if f.ndim != 2 or f.shape[1] != self.N_MELS or f.shape[0] < 1:
             raise ValueError(f"expected features of shape (T>=1, {self.N_MELS}), got {f.shape}")
-        sess = self.fcm_session()
-        (h,) = sess.run(None, {INPUT_NAME: f[None]})
-        h = np.asarray(h[0], dtype=np.float64).reshape(FCM_CHANNELS, -1)
-        return np.concatenate([h.mean(axis=1), h.std(axis=1)]).astype(np.float32)
+        (h,) = self.fcm_session().run(None, {INPUT_NAME: f[None]})
+        return np.ascontiguousarray(np.asarray(h[0], dtype=np.float32).reshape(FCM_CHANNELS, -1))
 
 
 def _fcm_session(model_path: Path, intra_op_threads: int) -> Any:
