@@ -113,6 +113,29 @@ def test_committed_model_is_small_and_consistent(anti: AntiSpoof, shared_dir: Pa
                 assert z.shape == (4,) and np.all(np.isfinite(z))
 
 
+def test_model_for_another_front_input_is_refused(tmp_path: Path) -> None:
+    """A model file whose metadata does not match the runtime's feature paths fails at load with a
+    clear message, rather than running on inputs it was not trained on."""
+    import json
+
+    import onnx
+
+    for key, value, message in (
+        ("fcm", "statistics", "another CAM\\+\\+ front input"),
+        ("cues", ["exc_f0_spread"], "other utterance cues"),
+        ("classes", ["bonafide", "spoof"], "unexpected anti-spoofing classes"),
+    ):
+        model = onnx.load(str(MODEL))
+        entry = next(e for e in model.metadata_props if e.key == "verilive_antispoof")
+        meta = json.loads(entry.value)
+        meta[key] = value
+        entry.value = json.dumps(meta)
+        path = tmp_path / f"{key}.onnx"
+        onnx.save(model, str(path))
+        with pytest.raises(ValueError, match=message):
+            AntiSpoof(path)
+
+
 def test_fcm_input_is_trimmed_and_bounded() -> None:
     rng = np.random.default_rng(3)
     speech = (0.1 * rng.standard_normal(16000 * 3)).astype(np.float32)
