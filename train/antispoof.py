@@ -4,7 +4,7 @@
     .venv/bin/python -m train.antispoof --write              # train, measure, write model + docs
     .venv/bin/python -m train.antispoof --gmm-baseline       # the LFCC-GMM baseline, for comparison
     options: --cache DIR, --no-logo (skip leave-one-generator-out), --logo-only (only that, for the
-    model already written), --logo-epochs N
+    model already written), --logo-epochs N, --logo-seed N (another seed for the fold trainings)
 
 Steps (seeded: a rerun on the same cache gives the same split and, up to floating-point
 non-determinism of multi-threaded CPU kernels, the same numbers):
@@ -770,7 +770,9 @@ def export(model: Model, fe: FrontEnd, meta: dict[str, Any], path: Path) -> None
     onnx.save(model, str(path))
 
 
-def run_lcnn(cache: Path, logo: bool, logo_epochs: int, write: bool, logo_only: bool = False) -> None:
+def run_lcnn(
+    cache: Path, logo: bool, logo_epochs: int, write: bool, logo_only: bool = False, logo_seed: int = SEED + 1
+) -> None:
     import torch
 
     torch.set_num_threads(int(os.environ.get("TORCH_THREADS", "2")))
@@ -836,13 +838,13 @@ def run_lcnn(cache: Path, logo: bool, logo_epochs: int, write: bool, logo_only: 
         lcfg = TrainConfig(epochs=logo_epochs)
         lfcm = replace(FCM_CFG, epochs=LOGO_FCM_EPOCHS)
         # control: the same short schedule with every generator seen (held-out speakers only)
-        ctl = train_model(d, tr, va, lcfg, lfcm, SEED + 1, log="[control] ")
+        ctl = train_model(d, tr, va, lcfg, lfcm, logo_seed, log="[control] ")
         ctl_te = bona_logodds(ctl.logits(d, te))
         ctl_bona = ctl_te[d.lab[te] == "bonafide"]
         for g in sorted(set(d.gen[d.lab != "bonafide"])):
             gi = np.flatnonzero(d.gen == g)
             keep, va_g = tr[d.gen[tr] != g], va[d.gen[va] != g]
-            m = train_model(d, keep, va_g, lcfg, lfcm, SEED + 1, log=f"[-{g}] ")
+            m = train_model(d, keep, va_g, lcfg, lfcm, logo_seed, log=f"[-{g}] ")
             both = np.concatenate([bona_te, gi])
             z = bona_logodds(m.logits(d, both))
             bona, sp = z[: len(bona_te)], z[len(bona_te) :]
@@ -1070,6 +1072,7 @@ def main() -> None:
     ap.add_argument("--cache", type=Path, default=DEFAULT_CACHE)
     ap.add_argument("--no-logo", action="store_true", help="skip leave-one-generator-out")
     ap.add_argument("--logo-epochs", type=int, default=8)
+    ap.add_argument("--logo-seed", type=int, default=SEED + 1, help="seed of the fold trainings")
     ap.add_argument("--write", action="store_true", help="write the model, DET plot and result tables")
     ap.add_argument("--logo-only", action="store_true", help="only leave-one-generator-out (model exists)")
     ap.add_argument("--gmm-baseline", action="store_true", help="only the LFCC-GMM baseline (in-domain)")
@@ -1077,7 +1080,7 @@ def main() -> None:
     if args.gmm_baseline:
         run_gmm_baseline(args.cache)
     else:
-        run_lcnn(args.cache, not args.no_logo, args.logo_epochs, args.write, args.logo_only)
+        run_lcnn(args.cache, not args.no_logo, args.logo_epochs, args.write, args.logo_only, args.logo_seed)
 
 
 if __name__ == "__main__":
