@@ -19,8 +19,9 @@ non-determinism of multi-threaded CPU kernels, the same numbers):
    clip, cached in ``<cache>/cues.npz``), class-balanced sampling, one output per generator family
    (``subclass_of``). Beside it, a small network on the frozen CAM++ front output
    (``AntiSpoof.fcm_frames``, cached in ``<cache>/fcm_frames.npz``), trained on the same clips the
-   same way. On the validation clips each network is calibrated alone, and their summed
-   log-probabilities are recalibrated (``Fusion``); everything is folded into one exported graph.
+   same way. On the validation clips each branch is calibrated alone; the bona fide score is the
+   sum of their log-odds, calibrated by one affine map, and the attack class split comes from their
+   recalibrated summed log-probabilities (``Fusion``); everything is folded into one exported graph.
 3. In-domain EER on the held-out speakers (whole clips), per class and per generator; rejection of
    the unseen-domain bona fide.
 4. Leave-one-generator-out: for each spoof generator both networks are trained without it (fewer
@@ -650,26 +651,56 @@ def fit_fcm_linear(d: Data, idx: np.ndarray) -> Linear:
     return Linear(w, lr.intercept_ - w @ mu)
 
 
+def bona_log_odds(logp: np.ndarray) -> np.ndarray:
+    """log P(bona fide) - log P(any attack) of 4-way log-probabilities."""
+    rest = logp[:, 1:]
+    top = rest.max(axis=1)
+    return logp[:, 0] - top - np.log(np.exp(rest - top[:, None]).sum(axis=1))
+
+
+def fit_affine(x: np.ndarray, labels: np.ndarray) -> Linear:
+    """Class-balanced logistic regression of bona fide vs spoof on one score: a monotone map."""
+    from sklearn.linear_model import LogisticRegression
+
+    lr = LogisticRegression(C=10.0, class_weight="balanced", max_iter=5000)
+    lr.fit(x[:, None], (labels == "bonafide").astype(int))
+    return Linear(lr.coef_, lr.intercept_)
+
+
 @dataclass
 class Fusion:
-    """Product of calibrated experts: each branch's logits are calibrated alone, their
-    log-probabilities added (class priors are equal after the balanced calibration), and the sum
-    recalibrated, since correlated experts added are over-confident. Unlike a regression on all
-    branches' logits, it cannot learn to ignore a branch because that branch was wrong less often
-    on the generators it saw: a branch that is sure of a spoof pulls the score down."""
+    """Sum of calibrated experts. Each branch's logits are calibrated alone on the validation clips;
+    the bona fide score is the sum of the branches' log-odds of bona fide, mapped by one affine
+    calibration (``bona``), so the ranking of clips has no parameter fitted across branches. The
+    split of the attack probability between replay, TTS and VC comes from the recalibrated sum of
+    the branches' log-probabilities (``out``). Output: four logits whose softmax gives P(bona fide)
+    = sigmoid(calibrated log-odds) and the attack classes in the ``out`` proportions."""
 
     cals: list[Linear]
     out: Linear
+    bona: Linear
 
     def __call__(self, *z: np.ndarray) -> np.ndarray:
-        return self.out(sum(log_softmax(c(x)) for c, x in zip(self.cals, z, strict=True)))
+        logp = [log_softmax(c(x)) for c, x in zip(self.cals, z, strict=True)]
+        odds = sum(bona_log_odds(lp) for lp in logp)
+        attack = log_softmax(self.out(sum(logp))[:, 1:])
+        return np.concatenate([self.bona(odds[:, None]), attack], axis=1)
 
 
 def fit_fusion(branches: list[np.ndarray], labels: np.ndarray) -> Fusion:
     """Fit the fusion on clips no branch was trained on."""
     cals = [fit_calibration(z, labels) for z in branches]
-    summed = sum(log_softmax(c(z)) for c, z in zip(cals, branches, strict=True))
-    return Fusion(cals, fit_calibration(summed, labels))
+    logp = [log_softmax(c(z)) for c, z in zip(cals, branches, strict=True)]
+    odds = sum(bona_log_odds(lp) for lp in logp)
+    return Fusion(cals, fit_calibration(sum(logp), labels), fit_affine(odds, labels))
+
+
+def fit_product(branches: list[np.ndarray], labels: np.ndarray) -> Callable[..., np.ndarray]:
+    """The previous rule, for the report: the summed log-probabilities recalibrated 4-way (a 4x4
+    regression fitted on the validation clips, which can reorder clips)."""
+    cals = [fit_calibration(z, labels) for z in branches]
+    out = fit_calibration(sum(log_softmax(c(z)) for c, z in zip(cals, branches, strict=True)), labels)
+    return lambda *z: out(sum(log_softmax(c(x)) for c, x in zip(cals, z, strict=True)))
 
 
 BRANCHES = ("network (spectrogram + cues)", "CAM++ front network", "CAM++ front statistics regression")
@@ -698,20 +729,20 @@ class Model:
         return self.fusion(*self.branches(d, idx, max_frames))
 
     def alternatives(self, d: Data, va: np.ndarray, idx: np.ndarray) -> list[np.ndarray]:
-        """For the report (``ALTERNATIVES``): each branch alone with its calibration, the product of
-        the two networks without the regression, and a regression on all branches' logits (the
-        earlier fusion rule), the last two fitted on ``va`` like the fusion."""
+        """For the report (``ALTERNATIVES``): each branch alone with its calibration, the same fusion
+        of the two networks without the regression, and the previous rule (the summed
+        log-probabilities recalibrated 4-way), the last two fitted on ``va`` like the fusion."""
         zs, vs = self.branches(d, idx), self.branches(d, va)
         alone = [c(z) for c, z in zip(self.fusion.cals, zs, strict=True)]
         two = fit_fusion(vs[:2], d.lab[va])(*zs[:2])
-        regression = fit_calibration(np.hstack(vs), d.lab[va])(np.hstack(zs))
-        return [*alone, two, regression]
+        product = fit_product(vs, d.lab[va])(*zs)
+        return [*alone, two, product]
 
 
 ALTERNATIVES = (
     *(f"{b} alone" for b in BRANCHES),
-    "product of the two networks only",
-    "regression on all branches' logits",
+    "the two networks only, same fusion",
+    "product recalibrated 4-way (the previous rule)",
 )
 
 
@@ -721,7 +752,8 @@ def train_model(
     """The branches on ``tr``; their fusion on ``va``."""
     net = train_net(d, tr, cfg, seed, log)
     fcm_net = train_fcm_net(d, tr, fcm_cfg, seed, log)
-    m = Model(net, fcm_net, fit_fcm_linear(d, tr), Fusion([], Linear(np.eye(4), np.zeros(4))))
+    unfitted = Fusion([], Linear(np.eye(4), np.zeros(4)), Linear(np.eye(1), np.zeros(1)))
+    m = Model(net, fcm_net, fit_fcm_linear(d, tr), unfitted)
     m.fusion = fit_fusion(m.branches(d, va), d.lab[va])
     return m
 
@@ -744,15 +776,16 @@ def export(model: Model, fe: FrontEnd, meta: dict[str, Any], path: Path) -> None
             f = model.fusion
             self.net, self.fcm_net, self.fcm_linear = model.net, model.fcm_net, linear(model.fcm_linear)
             self.cals = nn.ModuleList([linear(c) for c in f.cals])
-            self.out = linear(f.out)
+            self.out, self.bona = linear(f.out), linear(f.bona)
 
         def forward(self, x: torch.Tensor, c: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
             mu = h.mean(dim=2)
             stats = torch.cat([mu, torch.sqrt(((h - mu[:, :, None]) ** 2).mean(dim=2))], dim=1)
             z = (self.net(x, c), self.fcm_net(h), self.fcm_linear(stats))
-            return self.out(
-                sum(torch.log_softmax(cal(b), dim=1) for cal, b in zip(self.cals, z, strict=True))
-            )
+            logp = [torch.log_softmax(cal(b), dim=1) for cal, b in zip(self.cals, z, strict=True)]
+            odds = sum(lp[:, :1] - torch.logsumexp(lp[:, 1:], dim=1, keepdim=True) for lp in logp)
+            attack = torch.log_softmax(self.out(sum(logp))[:, 1:], dim=1)
+            return torch.cat([self.bona(odds), attack], dim=1)
 
     fused = Fused().eval()
     x = torch.zeros(1, 2, fe.bins, 300)
@@ -830,7 +863,8 @@ def run_lcnn(
         )
         out(
             "| class | held-out generator | clips | EER, generator left out | network alone "
-            "| front network alone | front regression alone | two networks only | regression fusion "
+            "| front network alone | front regression alone | two networks only "
+            "| previous rule (4-way product) "
             "| EER, in-domain, same schedule |"
         )
         out("|---|---|---|---|---|---|---|---|---|---|")

@@ -19,10 +19,11 @@ input normalisation and its calibration folded in (docs/antispoof.md):
    traces that the spectrogram network misses;
 4. the model has three branches: a network on the (1, 2, 256, frames) features and the (1, 32)
    cues, a second network on the (1, 320, frames) front output, and a linear regression on that
-   output's mean and spread over time. Each branch is calibrated alone, their log-probabilities
-   are added and the sum recalibrated, giving four logits (bona fide, replay, TTS, VC); a softmax
-   gives ``score`` = P(bona fide) and ``scoreReplay``, ``scoreTts``, ``scoreVc`` = P(each attack
-   class), which sum to 1.
+   output's mean and spread over time. Each branch is calibrated alone; the sum of their log-odds
+   of bona fide, mapped by one affine calibration, gives the bona fide logit, and their summed
+   log-probabilities, recalibrated, split the rest between the attack classes. A softmax of the
+   four logits (bona fide, replay, TTS, VC) gives ``score`` = P(bona fide) and ``scoreReplay``,
+   ``scoreTts``, ``scoreVc`` = P(each attack class), which sum to 1.
 
 Input that cannot be judged (no audio, clipped, no speech, less than ``MIN_SPEECH_S`` of speech)
 gets only ``unsuitableInputMessage``, every score null.
