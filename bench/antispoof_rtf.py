@@ -4,7 +4,9 @@
 
 Prints the median wall time of each stage (VAD speech check, spectrogram, utterance cues, CAM++
 front statistics, network)
-and of the whole ``AntiSpoof.evaluate``, and the RTF = median time / audio duration.
+and of the whole ``AntiSpoof.evaluate``, and the RTF = median time / audio duration, in wall clock
+and in CPU seconds of this process (all threads) per second of audio.
+``VERILIVE_ONNX_SPINNING=true`` measures with onnxruntime's busy-waiting threads (docs/benchmarks.md).
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ def main() -> None:
         anti.evaluate(audio)  # warm-up
         names = ("vad", "spectrogram", "cues", "campplus-fcm", "networks", "total")
         stages: dict[str, list[float]] = {k: [] for k in names}
+        cpu: list[float] = []
         for _ in range(args.repeats):
             t0 = time.perf_counter()
             anti.speech_seconds(x, 16000)
@@ -48,15 +51,20 @@ def main() -> None:
             t4 = time.perf_counter()
             anti.logits(f, c, s)
             t5 = time.perf_counter()
+            c5 = time.process_time()
             anti.evaluate(audio)
             t6 = time.perf_counter()
+            cpu.append(time.process_time() - c5)
             times = (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4, t6 - t5)
             for k, dt in zip(stages, times, strict=True):
                 stages[k].append(dt * 1000)
         print(f"{seconds} s of speech")
         for k, v in stages.items():
             print(f"  {k:<12} ms: {summary(v)}")
-        print(f"  RTF (median total / duration): {np.median(stages['total']) / (seconds * 1000):.4f}")
+        print(
+            f"  RTF (median total / duration): {np.median(stages['total']) / (seconds * 1000):.4f} wall, "
+            f"{np.median(cpu) / seconds:.4f} CPU"
+        )
 
 
 if __name__ == "__main__":

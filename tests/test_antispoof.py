@@ -334,3 +334,9 @@ def test_from_engine_shares_the_vad_and_campplus(vad: SileroVad, anti: AntiSpoof
     engine = SimpleNamespace(vad=vad, embedder=anti.embedder)
     a = AntiSpoof.from_engine(cast(Any, engine))
     assert a.vad is vad and a.embedder is anti.embedder
+
+
+def test_sessions_do_not_spin(anti: AntiSpoof) -> None:
+    # the model's own session and the CAM++ front cut out at run time both come from cpu_session
+    for sess in (anti.session, anti.embedder.fcm_session()):
+        assert sess.get_session_options().get_session_config_entry("session.intra_op.allow_spinning") == "0"

@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 from typer.testing import CliRunner
 
-from verilive.config import Settings
+from verilive.config import Settings, get_settings
 from verilive.errors import ModelError, ModelNotInstalled, ModelVerificationError
 from verilive.models import pull as pull_mod
 from verilive.models.cli import models_app
@@ -36,7 +36,7 @@ from verilive.models.manifest import (
     parse_slice,
     parse_wheel_name,
 )
-from verilive.models.sessions import ModelRegistry
+from verilive.models.sessions import ModelRegistry, cpu_session
 from verilive.models.store import ModelStore, install_hint
 
 REAL_MIRROR = Path("/work/shared/models/upstream")
@@ -623,7 +623,31 @@ def test_session_threads_setting_wins_over_manifest_hint(
         Settings(models_dir=models_dir, model_mirror=None, onnx_intra_op_threads=setting), store=store
     )
     assert reg.intra_op_threads("tiny") == threads  # 0 = onnxruntime's default
-    assert reg.session("tiny").get_session_options().intra_op_num_threads == threads
+    opts = reg.session("tiny").get_session_options()
+    assert opts.intra_op_num_threads == threads
+    # idle threads must not busy-wait: on 2 cores that slowed every request (docs/benchmarks.md)
+    assert opts.get_session_config_entry("session.intra_op.allow_spinning") == "0"
+
+
+def test_spinning_setting(
+    onnx_model: Path, models_dir: Path, no_upstream: None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = ModelStore(models_dir, mirror=onnx_model.parent, manifest=_manifest(_native(onnx_model)))
+    store.pull("tiny")
+    reg = ModelRegistry(Settings(models_dir=models_dir, model_mirror=None, onnx_spinning=True), store=store)
+    key = "session.intra_op.allow_spinning"
+    assert reg.session("tiny").get_session_options().get_session_config_entry(key) == "1"
+    # sessions built outside a registry (the project's own models) follow the process's settings
+    try:
+        for env, entry in (("true", "1"), ("false", "0")):
+            monkeypatch.setenv("VERILIVE_ONNX_SPINNING", env)
+            get_settings.cache_clear()  # settings are read once per process
+            assert cpu_session(onnx_model).get_session_options().get_session_config_entry(key) == entry
+    finally:
+        get_settings.cache_clear()
+    sess = cpu_session(onnx_model.read_bytes(), 1, spinning=True)
+    assert sess.get_session_options().intra_op_num_threads == 1
+    assert sess.get_session_options().get_session_config_entry(key) == "1"
 
 
 # --- the real models, from the shared mirror --------------------------------------------------------

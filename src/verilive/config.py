@@ -74,6 +74,11 @@ class Settings(BaseSettings):
     onnx_intra_op_threads: int = Field(
         0, ge=0, description="onnxruntime intra-op threads per session (0 = onnxruntime's default)."
     )
+    onnx_spinning: bool = Field(
+        False,
+        description="Let idle onnxruntime threads busy-wait for the next run (faster only on cores "
+        "that nothing else uses; docs/benchmarks.md).",
+    )
 
     # --- limits ---
     max_body_bytes: int = Field(

@@ -39,9 +39,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
-import onnxruntime as ort
 
 from verilive.audio import Audio, resample
+from verilive.models.sessions import cpu_session
 from verilive.voice.schemas import AntispoofResult
 from verilive.voice.utterance_cues import FEATURE_NAMES, utterance_features
 
@@ -188,11 +188,7 @@ class AntiSpoof:
     ) -> None:
         source = Path(params_path) if params_path is not None else files("verilive.voice") / MODEL_FILE
         data = source.read_bytes()
-        opts = ort.SessionOptions()
-        if intra_op_threads > 0:  # 0: onnxruntime's default (one per core)
-            opts.intra_op_num_threads = intra_op_threads
-        opts.inter_op_num_threads = 1
-        self.session = ort.InferenceSession(data, opts, providers=["CPUExecutionProvider"])
+        self.session = cpu_session(data, intra_op_threads)  # 0 threads: one per core
         meta = self.session.get_modelmeta().custom_metadata_map
         self.meta: dict[str, Any] = json.loads(meta.get("verilive_antispoof", "{}"))
         self.frontend = FrontEnd(**self.meta.get("frontend", {}))

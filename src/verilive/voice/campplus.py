@@ -177,7 +177,8 @@ def _fcm_session(model_path: Path, intra_op_threads: int) -> Any:
     """Cut the FCM front module out of the converted CAM++ graph: its output is that of the last node
     in the ``/head/`` scope (the reshape to (B, 320, T))."""
     import onnx
-    import onnxruntime as ort
+
+    from verilive.models.sessions import cpu_session
 
     model = onnx.load(str(model_path))
     graph = model.graph
@@ -201,7 +202,4 @@ def _fcm_session(model_path: Path, intra_op_threads: int) -> Any:
         inits,
     )
     sub = onnx.helper.make_model(sub_graph, opset_imports=model.opset_import, ir_version=model.ir_version)
-    so = ort.SessionOptions()
-    if intra_op_threads > 0:
-        so.intra_op_num_threads = intra_op_threads
-    return ort.InferenceSession(sub.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    return cpu_session(sub.SerializeToString(), intra_op_threads)

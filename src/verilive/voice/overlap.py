@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-import onnxruntime as ort
 
+from verilive.models.sessions import cpu_session
 from verilive.voice.campplus import kaldi_log_mel, normalise
 
 __all__ = ["CHUNK_S", "FRAME_S", "MODEL_FILE", "SR", "OverlapDetector"]
@@ -45,11 +45,7 @@ class OverlapDetector:
 
     def __init__(self, model_path: str | Path | None = None, intra_op_threads: int = 0) -> None:
         source = Path(model_path) if model_path is not None else files("verilive.voice") / MODEL_FILE
-        opts = ort.SessionOptions()
-        if intra_op_threads > 0:
-            opts.intra_op_num_threads = intra_op_threads
-        opts.inter_op_num_threads = 1
-        self.session = ort.InferenceSession(source.read_bytes(), opts, providers=["CPUExecutionProvider"])
+        self.session = cpu_session(source.read_bytes(), intra_op_threads)
         meta: dict[str, Any] = json.loads(
             self.session.get_modelmeta().custom_metadata_map.get("verilive_overlap", "{}")
         )
