@@ -320,6 +320,14 @@ def test_unsuitable_inputs(anti: AntiSpoof, shared_dir: Path, held_out: list[str
     nan = x.copy()
     nan[100] = np.nan
     assert "No audio" in _unsuitable(anti.evaluate(audio(nan, sr)))
+    # only the judged first 30 s count: speech after them does not make their silence judgeable,
+    # even when the caller's VAD measured it over the whole input
+    late = np.concatenate([np.zeros(int(anti.frontend.max_seconds * sr), np.float32), x])
+    assert "No speech" in _unsuitable(anti.evaluate(audio(late, sr)))
+    assert "No speech" in _unsuitable(anti.evaluate(audio(late, sr), speech_seconds=x.size / sr))
+    # ... and clipping after them does not refuse the speech before them
+    tail = np.concatenate([x, np.zeros(int(anti.frontend.max_seconds * sr) - x.size, np.float32), clipped])
+    assert anti.evaluate(audio(tail, sr)).score is not None
 
 
 def test_without_vad_energy_rule(shared_dir: Path, held_out: list[str]) -> None:

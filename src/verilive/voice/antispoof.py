@@ -278,8 +278,15 @@ class AntiSpoof:
 
     def evaluate(self, audio: Audio, speech_seconds: float | None = None) -> AntispoofResult:
         """Judge ``audio``. ``speech_seconds``: speech length already measured by the caller's VAD
-        (saves a second VAD pass); None measures it here."""
+        over the whole input (saves a second VAD pass); None measures it here.
+
+        Only the first ``frontend.max_seconds`` are judged, so the checks (clipping, speech) look
+        at that stretch alone: speech after it cannot make silence before it judgeable. The
+        caller's measure is used only when the input is no longer than that stretch."""
         wave = audio.mono()
+        judged = int(self.frontend.max_seconds * audio.sample_rate)
+        if wave.size > judged:
+            wave, speech_seconds = wave[:judged], None
         reason = self.unsuitable(wave, audio.sample_rate, speech_seconds)
         if reason is None:
             p = self.class_probabilities(wave, audio.sample_rate)
