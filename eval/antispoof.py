@@ -9,7 +9,8 @@ clip (Debian speech packages) goes through ``AntiSpoof.evaluate`` as the service
 engine's Silero VAD for the suitability checks, then spectrogram, utterance cues, CAM++ front
 statistics and the network. Printed: the EER of ``score`` (P(bona fide)) pooled, per attack class,
 per generator and per channel (clean wideband, added noise, telephone band), the error rates at
-P(bona fide) = 0.5, the unseen-domain rejection, and how many clips were judged unsuitable (left
+P(bona fide) = 0.5, a 95 % interval for the pooled EERs (bootstrap over speakers and voices), the
+unseen-domain rejection, and how many clips were judged unsuitable (left
 out of the EERs). Writes docs/antispoof_eval_det.png (DET per class and per channel) unless
 ``--no-docs``. train/antispoof.py measures the same split on cached features while it trains;
 this script checks the exported model through the runtime.
@@ -22,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 
-from eval.metrics import det_curve, eer, rates_at
+from eval.metrics import bootstrap_eer, det_curve, eer, rates_at
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 OUT_PNG = DOCS / "antispoof_eval_det.png"
@@ -64,13 +65,14 @@ def main() -> None:
         differ = len(held ^ recorded)
         print(f"note: the model's held-out list and this cache's split differ by {differ} speakers")
     chosen = [c for c in clips if split[c.speaker] in ("test", "ood")]
-    rows: list[tuple[str, str, str, str, float | None, np.ndarray | None]] = []
+    rows: list[tuple[str, str, str, str, float | None, np.ndarray | None, str]] = []
     unsuitable: dict[tuple[str, str, str], int] = {}
     for i, c in enumerate(chosen):
         x, sr = sf.read(args.cache / c.path, dtype="float32", always_2d=True)
         r = anti.evaluate(Audio(x, int(sr)))
         probs = None if r.score is None else np.array([r.score, r.scoreReplay, r.scoreTts, r.scoreVc], float)
-        rows.append((split[c.speaker], c.label, c.generator, channel_group(c.channel), r.score, probs))
+        part, group = split[c.speaker], channel_group(c.channel)
+        rows.append((part, c.label, c.generator, group, r.score, probs, c.speaker))
         if r.unsuitableInputMessage:
             why = r.unsuitableInputMessage.split(":")[0].rstrip(".")
             key = (split[c.speaker], c.label, why)
@@ -87,6 +89,7 @@ def main() -> None:
     lab = np.array([r[1] for r in test])
     gen = np.array([r[2] for r in test])
     grp = np.array([r[3] for r in test])
+    who = np.array([r[6] for r in test])
     s = np.log(np.clip(p, 1e-12, 1)) - np.log(np.clip(1 - p, 1e-12, 1))  # log-odds of bona fide
     bona = lab == "bonafide"
 
@@ -94,8 +97,13 @@ def main() -> None:
         y = np.concatenate([np.ones(mask_bona.sum(), bool), np.zeros(mask_spoof.sum(), bool)])
         return eer(np.concatenate([s[mask_bona], s[mask_spoof]]), y)[0]
 
+    def interval(m: np.ndarray) -> str:
+        # clips of one speaker or voice are not independent trials: redraw whole speakers
+        lo, hi = bootstrap_eer(s[m], bona[m], who[m])
+        return f"95 % interval {lo:.2%}-{hi:.2%}"
+
     print(f"\nIn-domain (held-out speakers/voices): {bona.sum()} bona fide, {(~bona).sum()} spoof clips")
-    print(f"  all spoofs pooled        EER {pair_eer(~bona):6.2%}")
+    print(f"  all spoofs pooled        EER {pair_eer(~bona):6.2%}  {interval(np.ones_like(bona))}")
     for cls in CLASSES[1:]:
         print(f"  class {cls:<18} EER {pair_eer(lab == cls):6.2%}  ({np.sum(lab == cls)} clips)")
     for g in sorted(set(gen[~bona])):
@@ -105,7 +113,7 @@ def main() -> None:
         m = grp == name
         print(
             f"  {name:<24} EER {pair_eer(~bona & m, bona & m):6.2%}  "
-            f"({np.sum(bona & m)} bona fide, {np.sum(~bona & m)} spoof)"
+            f"({np.sum(bona & m)} bona fide, {np.sum(~bona & m)} spoof)  {interval(m)}"
         )
     y = bona.astype(bool)
     miss, fa = rates_at(p, y, 0.5)

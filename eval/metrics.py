@@ -208,3 +208,33 @@ def sigmoid(x: float | np.ndarray) -> float | np.ndarray:
 
     out = expit(np.asarray(x, dtype=np.float64))
     return float(out) if np.ndim(out) == 0 else out
+
+
+def bootstrap_eer(
+    scores: np.ndarray,
+    labels: np.ndarray,
+    groups: np.ndarray,
+    n_boot: int = 2000,
+    level: float = 0.95,
+    seed: int = 0,
+) -> tuple[float, float]:
+    """Percentile interval of the EER under a cluster bootstrap: whole groups (speakers, voices)
+    are redrawn with replacement, targets and non-targets separately, because clips of one
+    speaker are not independent trials. Returns (low, high) at ``level``."""
+    scores, labels = _check(scores, labels)
+    groups = np.asarray(groups).ravel()
+    if groups.shape != scores.shape:
+        raise ValueError("groups must have one entry per score")
+    rng = np.random.default_rng(seed)
+    # per class, the clip indices of each group
+    members = [
+        [np.flatnonzero((groups == g) & cls) for g in np.unique(groups[cls])] for cls in (labels, ~labels)
+    ]
+    values = np.empty(n_boot)
+    for b in range(n_boot):
+        idx = np.concatenate(
+            [np.concatenate([m[k] for k in rng.integers(0, len(m), len(m))]) for m in members]
+        )
+        values[b] = eer(scores[idx], labels[idx])[0]
+    tail = (1 - level) / 2
+    return float(np.quantile(values, tail)), float(np.quantile(values, 1 - tail))
