@@ -180,3 +180,61 @@ def test_antispoof_file_bad_input(voice: TestClient) -> None:
     assert_error(voice.post(url, files={"other": ("a.wav", b"RIFF")}), 400, "MISSING_PART")
     truncated = wav(np.zeros(16000, np.int16), 16000)[:30]
     assert_error(voice.post(url, files={"wav_file": ("a.wav", truncated)}), 400, "INVALID_AUDIO")
+
+
+# ------------------------------------------------------------------ bad input on every endpoint above
+
+SAMPLES_URLS = (
+    "/diarization_engine/get_segmentation_from_samples",
+    "/attributes_estimator/estimate_with_samples",
+    "/antispoof_engine/is_spoof_samples",
+)
+FILE_URLS = (
+    "/diarization_engine/get_segmentation_from_file",
+    "/attributes_estimator/estimate_with_file",
+    "/antispoof_engine/is_spoof_file",
+)
+
+
+@pytest.mark.parametrize("url", SAMPLES_URLS)
+def test_samples_endpoints_refuse_bad_input(voice: TestClient, url: str) -> None:
+    speechless = np.zeros(1600, "<i2").tobytes()
+    assert_error(voice.post(url, content=speechless, headers=OCTET), 400, "MISSING_PARAMETER")
+    assert_error(
+        voice.post(f"{url}?sample_rate=abc", content=speechless, headers=OCTET), 400, "INVALID_PARAMETER"
+    )
+    assert_error(
+        voice.post(f"{url}?sample_rate=0", content=speechless, headers=OCTET), 400, "INVALID_PARAMETER"
+    )
+    assert_error(voice.post(f"{url}?sample_rate=16000", content=b"", headers=OCTET), 400, "EMPTY_BODY")
+    assert_error(
+        voice.post(f"{url}?sample_rate=16000", content=b"\0\1\0", headers=OCTET), 400, "INVALID_AUDIO"
+    )
+
+
+@pytest.mark.parametrize("url", FILE_URLS)
+def test_file_endpoints_refuse_bad_input(voice: TestClient, url: str) -> None:
+    good = wav(np.zeros(1600, np.int16), 16000)
+    assert_error(voice.post(url, files={"other": ("a.wav", good)}), 400, "MISSING_PART")
+    assert_error(voice.post(url), 415, "UNSUPPORTED_MEDIA_TYPE")  # no body, no content type
+    assert_error(voice.post(url, content=good, headers=OCTET), 415, "UNSUPPORTED_MEDIA_TYPE")
+    assert_error(voice.post(url, files={"wav_file": ("a.wav", b"")}), 400)
+    assert_error(voice.post(url, files={"wav_file": ("a.wav", b"%PDF-1.4 not audio")}), 400, "INVALID_AUDIO")
+    assert_error(voice.post(url, files={"wav_file": ("a.wav", good[:30])}), 400, "INVALID_AUDIO")
+    # the service still answers after all of that
+    assert voice.get("/core/get_expiration_date").status_code == 200
+
+
+def test_limits_on_every_endpoint(models_settings: Settings) -> None:
+    settings = models_settings.model_copy(update={"max_body_bytes": 100_000, "max_audio_seconds": 1.0})
+    with TestClient(create_service_app("voice", settings), raise_server_exceptions=False) as c:
+        huge = b"\0" * 200_000  # over the body limit
+        long = np.zeros(32000, "<i2")  # 2 s: within the body limit, over the audio limit
+        for url in SAMPLES_URLS:
+            r = c.post(f"{url}?sample_rate=16000", content=huge, headers=OCTET)
+            assert_error(r, 413, "PAYLOAD_TOO_LARGE")
+            r = c.post(f"{url}?sample_rate=16000", content=long.tobytes(), headers=OCTET)
+            assert_error(r, 413, "AUDIO_TOO_LONG")
+        for url in FILE_URLS:
+            assert_error(c.post(url, files={"wav_file": ("a.wav", huge)}), 413, "PAYLOAD_TOO_LARGE")
+            assert_error(c.post(url, files={"wav_file": ("a.wav", wav(long, 16000))}), 413, "AUDIO_TOO_LONG")
