@@ -347,6 +347,19 @@ def long_rtf(diarizer: Any, excerpts: list[Excerpt], minutes: float) -> tuple[fl
 # ------------------------------------------------------------------------------ report
 
 
+def der_interval(
+    scores: list[Score], n_boot: int = 2000, level: float = 0.95, seed: int = 0
+) -> tuple[float, float]:
+    """Percentile interval of the overall DER when the files are redrawn with replacement: how much
+    the figure depends on which recordings happen to be in the set."""
+    err = np.array([s.missed + s.false_alarm + s.confusion for s in scores])
+    ref = np.array([s.total for s in scores])
+    picks = np.random.default_rng(seed).integers(0, len(scores), (n_boot, len(scores)))
+    ders = err[picks].sum(axis=1) / np.maximum(ref[picks].sum(axis=1), 1e-9)
+    tail = (1 - level) / 2
+    return float(np.quantile(ders, tail)), float(np.quantile(ders, 1 - tail))
+
+
 def pct(x: float) -> str:
     return f"{100 * x:.1f} %"
 
@@ -376,6 +389,12 @@ def results_markdown(
             f"{e.confusion:.1f} s | **{pct(e.jer)}** | **{pct(o.der)}** | **{pct(o.jer)}** |"
         )
     out = ["\n".join(lines), ""]
+    lo, hi = der_interval([r.est for r in ami])
+    out.append(
+        f"How much the AMI figure depends on which excerpts are in the set: redrawing the "
+        f"{len(ami)} files with replacement (2,000 times), 95 % of the overall DERs fall in "
+        f"{pct(lo)}–{pct(hi)}."
+    )
     ami_pc, ami_nc = total(ami, "est_pyannote_collar"), total(ami, "est_no_collar")
     out.append(
         "AMI overall, estimated count, under other collars: pyannote's `collar=0.25` (0.125 s each "

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 import soundfile as sf
-from eval.diarization import read_rttm, read_uem, score, turns_to_annotation
+from eval.diarization import Score, der_interval, read_rttm, read_uem, score, turns_to_annotation
 
 from verilive.config import Settings
 from verilive.errors import InvalidParameter
@@ -370,3 +370,12 @@ def test_long_input_runs_in_bounded_memory(diarizer: Diarizer, sample: tuple[np.
     # Measured about 8 MB: VAD frames, one feature batch, ~800 embeddings and the clustering sample.
     # A copy of the input alone would be 38 MB; an all-pairs affinity over hour-long input, 180 MB.
     assert peak < 20e6, f"peak extra memory {peak / 1e6:.1f} MB"
+
+
+def test_der_interval_over_files() -> None:
+    same = [Score(total=10.0, missed=1.0, false_alarm=0.5, confusion=0.5)] * 5
+    assert der_interval(same, n_boot=200) == pytest.approx((0.2, 0.2))
+    mixed = [Score(total=10.0, missed=m) for m in (0.0, 1.0, 2.0, 4.0, 8.0)]  # per-file DER 0-80 %
+    lo, hi = der_interval(mixed, n_boot=500)
+    overall = sum(s.missed for s in mixed) / 50.0
+    assert 0.0 <= lo < overall < hi <= 0.8
