@@ -19,9 +19,11 @@ non-determinism of multi-threaded CPU kernels, the same numbers):
    clip, cached in ``<cache>/cues.npz``), class-balanced sampling, one output per generator family
    (``subclass_of``). Beside it, a small network on the frozen CAM++ front output
    (``AntiSpoof.fcm_frames``, cached in ``<cache>/fcm_frames.npz``), trained on the same clips the
-   same way. On the validation clips each branch is calibrated alone; the bona fide score is the
-   sum of their log-odds, calibrated by one affine map, and the attack class split comes from their
-   recalibrated summed log-probabilities (``Fusion``); everything is folded into one exported graph.
+   same way, and a logistic regression on that output's statistics over time (``fcm_stats``; which
+   statistics: ``train.antispoof_stats_cv``). On the validation clips each branch is calibrated
+   alone; the bona fide score is the sum of their log-odds, calibrated by one affine map, and the
+   attack class split comes from their recalibrated summed log-probabilities (``Fusion``);
+   everything is folded into one exported graph.
 3. In-domain EER on the held-out speakers (whole clips), per class and per generator; rejection of
    the unseen-domain bona fide.
 4. Leave-one-generator-out: for each spoof generator both networks are trained without it (fewer
@@ -628,13 +630,21 @@ def fit_calibration(z: np.ndarray, labels: np.ndarray) -> Linear:
     return Linear(lr.coef_, lr.intercept_)
 
 
-FCM_C = 0.01  # inverse L2 strength of the front-statistics regression (0.003-0.03 gave the same EER)
+FCM_C = 0.01  # inverse L2 strength of the front-statistics regression (0.003-0.03 close: antispoof_stats_cv)
 
 
 def fcm_stats(h: np.ndarray) -> np.ndarray:
-    """(640,) mean and standard deviation over time of one (320, frames) front output."""
+    """(1280,) statistics over time of one (320, frames) front output: per channel the mean and
+    standard deviation, and the mean absolute value and standard deviation of its frame-to-frame
+    change (how fast each channel moves; a single frame counts as no change). The change statistics
+    were chosen by speaker-grouped cross-validation on the training speakers
+    (``python -m train.antispoof_stats_cv``), not on the test split."""
     x = np.asarray(h, np.float64)
-    return np.concatenate([x.mean(axis=1), x.std(axis=1)])
+    d = np.diff(x, axis=1)
+    n = max(d.shape[1], 1)
+    dm = d.sum(axis=1) / n
+    dstd = np.sqrt(((d - dm[:, None]) ** 2).sum(axis=1) / n)
+    return np.concatenate([x.mean(axis=1), x.std(axis=1), np.abs(d).sum(axis=1) / n, dstd])
 
 
 def fit_fcm_linear(d: Data, idx: np.ndarray) -> Linear:
@@ -780,7 +790,18 @@ def export(model: Model, fe: FrontEnd, meta: dict[str, Any], path: Path) -> None
 
         def forward(self, x: torch.Tensor, c: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
             mu = h.mean(dim=2)
-            stats = torch.cat([mu, torch.sqrt(((h - mu[:, :, None]) ** 2).mean(dim=2))], dim=1)
+            d = h[:, :, 1:] - h[:, :, :-1]
+            n = torch.ones_like(d[:, :1, :]).sum(dim=2).clamp(min=1.0)  # frames - 1, at least 1
+            dm = d.sum(dim=2) / n
+            stats = torch.cat(
+                [
+                    mu,
+                    torch.sqrt(((h - mu[:, :, None]) ** 2).mean(dim=2)),
+                    d.abs().sum(dim=2) / n,
+                    torch.sqrt(((d - dm[:, :, None]) ** 2).sum(dim=2) / n),
+                ],
+                dim=1,
+            )  # as fcm_stats
             z = (self.net(x, c), self.fcm_net(h), self.fcm_linear(stats))
             logp = [torch.log_softmax(cal(b), dim=1) for cal, b in zip(self.cals, z, strict=True)]
             odds = sum(lp[:, :1] - torch.logsumexp(lp[:, 1:], dim=1, keepdim=True) for lp in logp)
