@@ -4,7 +4,8 @@
     .venv/bin/python -m train.antispoof --write              # train, measure, write model + docs
     .venv/bin/python -m train.antispoof --gmm-baseline       # the LFCC-GMM baseline, for comparison
     options: --cache DIR, --no-logo (skip leave-one-generator-out), --logo-only (only that, for the
-    model already written), --logo-epochs N, --logo-seed N (another seed for the fold trainings)
+    model already written), --logo-epochs N, --logo-seed N (another seed for the fold trainings),
+    --logo-members N (seeds per network in the folds; default as shipped)
 
 Steps (seeded: a rerun on the same cache gives the same split and, up to floating-point
 non-determinism of multi-threaded CPU kernels, the same numbers):
@@ -16,14 +17,15 @@ non-determinism of multi-threaded CPU kernels, the same numbers):
    One training speaker in six is set aside for validation (calibration).
 2. The network on the runtime front end (``verilive.voice.antispoof.features``, 2 s random crops,
    SpecAugment masks) and the runtime utterance cues (``verilive.voice.utterance_cues``, whole
-   clip, cached in ``<cache>/cues.npz``), class-balanced sampling, one output per generator family
-   (``subclass_of``). Beside it, a small network on the frozen CAM++ front output
-   (``AntiSpoof.fcm_frames``, cached in ``<cache>/fcm_frames.npz``), trained on the same clips the
-   same way, and a logistic regression on that output's statistics over time (``fcm_stats``; which
-   statistics: ``train.antispoof_stats_cv``). On the validation clips each branch is calibrated
-   alone; the bona fide score is the sum of their log-odds, calibrated by one affine map, and the
-   attack class split comes from their recalibrated summed log-probabilities (``Fusion``);
-   everything is folded into one exported graph.
+   clip, cached in ``<cache>/cues.npz``), class-balanced sampling, one output per generator
+   family (``subclass_of``); two such networks from different seeds, their class logits averaged
+   (``MEMBERS``, ``average``). Beside it, a small network on the frozen CAM++ front output
+   (``AntiSpoof.fcm_frames``, cached in ``<cache>/fcm_frames.npz``), trained on the same clips
+   the same way (also two seeds), and a logistic regression on that output's statistics over time
+   (``fcm_stats``; which statistics: ``train.antispoof_stats_cv``). On the validation clips each
+   branch is calibrated alone; the bona fide score is the sum of their log-odds, calibrated by
+   one affine map, and the attack class split comes from their recalibrated summed
+   log-probabilities (``Fusion``); everything is folded into one exported graph.
 3. In-domain EER on the held-out speakers (whole clips), per class and per generator; rejection of
    the unseen-domain bona fide.
 4. Leave-one-generator-out: for each spoof generator both networks are trained without it (fewer
@@ -567,6 +569,30 @@ def train_fcm_net(d: Data, tr: np.ndarray, cfg: TrainConfig, seed: int, log: str
     return fit_net(net, d, tr, cfg, rng, inputs, f"{log}[front] ")
 
 
+MEMBERS = 2  # networks per branch, trained from different seeds, their class logits averaged
+MEMBER_SEED_STEP = 1000  # member k is trained with seed + k * MEMBER_SEED_STEP
+
+
+def average(nets: list[Any]) -> Any:
+    """One module whose output is the mean of its members' class logits. A network trained on a few
+    hundred clips depends on its seed (which crops, which masks, which initial weights); the mean of
+    several such networks varies less and ranks clips more steadily. One member is returned as is."""
+    if len(nets) == 1:
+        return nets[0]
+    import torch
+    from torch import nn
+
+    class Mean(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.members = nn.ModuleList(nets)
+
+        def forward(self, *x: torch.Tensor) -> torch.Tensor:
+            return torch.stack([m(*x) for m in self.members]).mean(dim=0)
+
+    return Mean().eval()
+
+
 def predict(net: Any, d: Data, idx: np.ndarray, max_frames: int = 800) -> np.ndarray:
     """Logits of whole clips (the first ``max_frames``), batched by equal length."""
     import torch
@@ -757,15 +783,30 @@ ALTERNATIVES = (
 
 
 def train_model(
-    d: Data, tr: np.ndarray, va: np.ndarray, cfg: TrainConfig, fcm_cfg: TrainConfig, seed: int, log: str = ""
-) -> Model:
-    """The branches on ``tr``; their fusion on ``va``."""
-    net = train_net(d, tr, cfg, seed, log)
-    fcm_net = train_fcm_net(d, tr, fcm_cfg, seed, log)
+    d: Data, tr: np.ndarray, va: np.ndarray, cfg: TrainConfig, fcm_cfg: TrainConfig, seed: int,
+    log: str = "", members: int = 1,
+) -> Model:  # fmt: skip
+    """The branches on ``tr`` (each network the average of ``members`` seeds); their fusion on ``va``."""
+    seeds = [seed + k * MEMBER_SEED_STEP for k in range(members)]
+    tag = (lambda k: f"{log}[member {k + 1}] ") if members > 1 else (lambda k: log)
+    net = average([train_net(d, tr, cfg, s, tag(k)) for k, s in enumerate(seeds)])
+    fcm_net = average([train_fcm_net(d, tr, fcm_cfg, s, tag(k)) for k, s in enumerate(seeds)])
+    return fused_model(d, va, net, fcm_net, fit_fcm_linear(d, tr))
+
+
+def fused_model(d: Data, va: np.ndarray, net: Any, fcm_net: Any, fcm_linear: Linear) -> Model:
     unfitted = Fusion([], Linear(np.eye(4), np.zeros(4)), Linear(np.eye(1), np.zeros(1)))
-    m = Model(net, fcm_net, fit_fcm_linear(d, tr), unfitted)
+    m = Model(net, fcm_net, fcm_linear, unfitted)
     m.fusion = fit_fusion(m.branches(d, va), d.lab[va])
     return m
+
+
+def member_models(d: Data, va: np.ndarray, m: Model) -> list[Model]:
+    """Each seed's pair of networks alone with the same regression, fused on ``va`` (for the report)."""
+    if not hasattr(m.net, "members"):
+        return []
+    pairs = zip(m.net.members, m.fcm_net.members, strict=True)
+    return [fused_model(d, va, n, f, m.fcm_linear) for n, f in pairs]
 
 
 def export(model: Model, fe: FrontEnd, meta: dict[str, Any], path: Path) -> None:
@@ -825,8 +866,9 @@ def export(model: Model, fe: FrontEnd, meta: dict[str, Any], path: Path) -> None
 
 
 def run_lcnn(
-    cache: Path, logo: bool, logo_epochs: int, write: bool, logo_only: bool = False, logo_seed: int = SEED + 1
-) -> None:
+    cache: Path, logo: bool, logo_epochs: int, write: bool, logo_only: bool = False,
+    logo_seed: int = SEED + 1, logo_members: int = MEMBERS,
+) -> None:  # fmt: skip
     import torch
 
     torch.set_num_threads(int(os.environ.get("TORCH_THREADS", "2")))
@@ -850,7 +892,7 @@ def run_lcnn(
             [shipped.logits(d.feats[i].astype(np.float32), d.cues[i], fcm[i].astype(np.float32)) for i in te]
         )
     else:
-        model = train_model(d, tr, va, cfg, FCM_CFG, SEED)
+        model = train_model(d, tr, va, cfg, FCM_CFG, SEED, members=MEMBERS)
         lt, lo = model.logits(d, te), model.logits(d, ood)
         out(f"## In-domain EER (held-out speakers; score = calibrated P(bona fide)); {cfg.epochs} epochs\n")
         in_domain_tables(d, te, lt, out)
@@ -861,6 +903,12 @@ def run_lcnn(
         )
         for name, z in zip(ALTERNATIVES, model.alternatives(d, va, te), strict=True):
             out(f"* {name}: {pct(eer(bona_logodds(z)[bona], bona_logodds(z)[~bona]))}")
+        for k, mk in enumerate(member_models(d, va, model)):
+            z = bona_logodds(mk.logits(d, te))
+            out(
+                f"* member {k + 1} alone (seed {SEED + k * MEMBER_SEED_STEP}: both networks of "
+                f"that seed, same regression and fusion): {pct(eer(z[bona], z[~bona]))}"
+            )
         out()
         out("## Unseen-domain bona fide (Debian speech packages, never trained on)\n")
         ood_table(d, ood, lo, te, lt, out)
@@ -870,6 +918,7 @@ def run_lcnn(
                 "frontend": asdict(fe), "classes": list(CLASSES), "seed": SEED, "epochs": cfg.epochs,
                 "cues": list(FEATURE_NAMES), "subclasses": [s for s, _ in subclasses(d)],
                 "fcm_seconds": FCM_SECONDS, "fcm": "frames", "fcm_epochs": FCM_CFG.epochs,
+                "members": MEMBERS,
                 "test_speakers": sorted(s for s, p in d.split.items() if p == "test"),
             }  # fmt: skip
             export(model, fe, meta, OUT_MODEL)
@@ -880,7 +929,7 @@ def run_lcnn(
     if logo:
         out(
             f"## Leave-one-generator-out EER (generator never trained on; vs held-out bona fide; "
-            f"networks {logo_epochs} and {LOGO_FCM_EPOCHS} epochs)\n"
+            f"networks {logo_epochs} and {LOGO_FCM_EPOCHS} epochs, {logo_members} seed(s) each)\n"
         )
         out(
             "| class | held-out generator | clips | EER, generator left out | network alone "
@@ -893,13 +942,13 @@ def run_lcnn(
         lcfg = TrainConfig(epochs=logo_epochs)
         lfcm = replace(FCM_CFG, epochs=LOGO_FCM_EPOCHS)
         # control: the same short schedule with every generator seen (held-out speakers only)
-        ctl = train_model(d, tr, va, lcfg, lfcm, logo_seed, log="[control] ")
+        ctl = train_model(d, tr, va, lcfg, lfcm, logo_seed, "[control] ", logo_members)
         ctl_te = bona_logodds(ctl.logits(d, te))
         ctl_bona = ctl_te[d.lab[te] == "bonafide"]
         for g in sorted(set(d.gen[d.lab != "bonafide"])):
             gi = np.flatnonzero(d.gen == g)
             keep, va_g = tr[d.gen[tr] != g], va[d.gen[va] != g]
-            m = train_model(d, keep, va_g, lcfg, lfcm, logo_seed, log=f"[-{g}] ")
+            m = train_model(d, keep, va_g, lcfg, lfcm, logo_seed, f"[-{g}] ", logo_members)
             both = np.concatenate([bona_te, gi])
             z = bona_logodds(m.logits(d, both))
             bona, sp = z[: len(bona_te)], z[len(bona_te) :]
@@ -1128,6 +1177,7 @@ def main() -> None:
     ap.add_argument("--no-logo", action="store_true", help="skip leave-one-generator-out")
     ap.add_argument("--logo-epochs", type=int, default=8)
     ap.add_argument("--logo-seed", type=int, default=SEED + 1, help="seed of the fold trainings")
+    ap.add_argument("--logo-members", type=int, default=MEMBERS, help="seeds per network in the folds")
     ap.add_argument("--write", action="store_true", help="write the model, DET plot and result tables")
     ap.add_argument("--logo-only", action="store_true", help="only leave-one-generator-out (model exists)")
     ap.add_argument("--gmm-baseline", action="store_true", help="only the LFCC-GMM baseline (in-domain)")
@@ -1135,7 +1185,15 @@ def main() -> None:
     if args.gmm_baseline:
         run_gmm_baseline(args.cache)
     else:
-        run_lcnn(args.cache, not args.no_logo, args.logo_epochs, args.write, args.logo_only, args.logo_seed)
+        run_lcnn(
+            args.cache,
+            not args.no_logo,
+            args.logo_epochs,
+            args.write,
+            args.logo_only,
+            args.logo_seed,
+            args.logo_members,
+        )
 
 
 if __name__ == "__main__":
