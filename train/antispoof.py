@@ -5,7 +5,8 @@
     .venv/bin/python -m train.antispoof --gmm-baseline       # the LFCC-GMM baseline, for comparison
     options: --cache DIR, --no-logo (skip leave-one-generator-out), --logo-only (only that, for the
     model already written), --logo-epochs N, --logo-seed N (another seed for the fold trainings),
-    --logo-members N (seeds per network in the folds; default as shipped)
+    --members N (each network the average of N seeds; shipped: 1), --logo-members N (the same in
+    the folds; default: --members)
 
 Steps (seeded: a rerun on the same cache gives the same split and, up to floating-point
 non-determinism of multi-threaded CPU kernels, the same numbers):
@@ -18,10 +19,9 @@ non-determinism of multi-threaded CPU kernels, the same numbers):
 2. The network on the runtime front end (``verilive.voice.antispoof.features``, 2 s random crops,
    SpecAugment masks) and the runtime utterance cues (``verilive.voice.utterance_cues``, whole
    clip, cached in ``<cache>/cues.npz``), class-balanced sampling, one output per generator
-   family (``subclass_of``); two such networks from different seeds, their class logits averaged
-   (``MEMBERS``, ``average``). Beside it, a small network on the frozen CAM++ front output
+   family (``subclass_of``). Beside it, a small network on the frozen CAM++ front output
    (``AntiSpoof.fcm_frames``, cached in ``<cache>/fcm_frames.npz``), trained on the same clips
-   the same way (also two seeds), and a logistic regression on that output's statistics over time
+   the same way, and a logistic regression on that output's statistics over time
    (``fcm_stats``; which statistics: ``train.antispoof_stats_cv``). On the validation clips each
    branch is calibrated alone; the bona fide score is the sum of their log-odds, calibrated by
    one affine map, and the attack class split comes from their recalibrated summed
@@ -569,7 +569,7 @@ def train_fcm_net(d: Data, tr: np.ndarray, cfg: TrainConfig, seed: int, log: str
     return fit_net(net, d, tr, cfg, rng, inputs, f"{log}[front] ")
 
 
-MEMBERS = 2  # networks per branch, trained from different seeds, their class logits averaged
+MEMBERS = 1  # networks per branch (--members): two seeds averaged gained nothing measurable (card)
 MEMBER_SEED_STEP = 1000  # member k is trained with seed + k * MEMBER_SEED_STEP
 
 
@@ -867,7 +867,7 @@ def export(model: Model, fe: FrontEnd, meta: dict[str, Any], path: Path) -> None
 
 def run_lcnn(
     cache: Path, logo: bool, logo_epochs: int, write: bool, logo_only: bool = False,
-    logo_seed: int = SEED + 1, logo_members: int = MEMBERS,
+    logo_seed: int = SEED + 1, members: int = MEMBERS, logo_members: int | None = None,
 ) -> None:  # fmt: skip
     import torch
 
@@ -892,7 +892,7 @@ def run_lcnn(
             [shipped.logits(d.feats[i].astype(np.float32), d.cues[i], fcm[i].astype(np.float32)) for i in te]
         )
     else:
-        model = train_model(d, tr, va, cfg, FCM_CFG, SEED, members=MEMBERS)
+        model = train_model(d, tr, va, cfg, FCM_CFG, SEED, members=members)
         lt, lo = model.logits(d, te), model.logits(d, ood)
         out(f"## In-domain EER (held-out speakers; score = calibrated P(bona fide)); {cfg.epochs} epochs\n")
         in_domain_tables(d, te, lt, out)
@@ -918,7 +918,7 @@ def run_lcnn(
                 "frontend": asdict(fe), "classes": list(CLASSES), "seed": SEED, "epochs": cfg.epochs,
                 "cues": list(FEATURE_NAMES), "subclasses": [s for s, _ in subclasses(d)],
                 "fcm_seconds": FCM_SECONDS, "fcm": "frames", "fcm_epochs": FCM_CFG.epochs,
-                "members": MEMBERS,
+                "members": members,
                 "test_speakers": sorted(s for s, p in d.split.items() if p == "test"),
             }  # fmt: skip
             export(model, fe, meta, OUT_MODEL)
@@ -926,6 +926,7 @@ def run_lcnn(
             check_export(model, d, te[:20])
     logo_scores: dict[str, np.ndarray] = {}
     bona_te = te[d.lab[te] == "bonafide"]
+    logo_members = members if logo_members is None else logo_members
     if logo:
         out(
             f"## Leave-one-generator-out EER (generator never trained on; vs held-out bona fide; "
@@ -1177,7 +1178,8 @@ def main() -> None:
     ap.add_argument("--no-logo", action="store_true", help="skip leave-one-generator-out")
     ap.add_argument("--logo-epochs", type=int, default=8)
     ap.add_argument("--logo-seed", type=int, default=SEED + 1, help="seed of the fold trainings")
-    ap.add_argument("--logo-members", type=int, default=MEMBERS, help="seeds per network in the folds")
+    ap.add_argument("--members", type=int, default=MEMBERS, help="seeds averaged per network")
+    ap.add_argument("--logo-members", type=int, default=None, help="the same, in the folds")
     ap.add_argument("--write", action="store_true", help="write the model, DET plot and result tables")
     ap.add_argument("--logo-only", action="store_true", help="only leave-one-generator-out (model exists)")
     ap.add_argument("--gmm-baseline", action="store_true", help="only the LFCC-GMM baseline (in-domain)")
@@ -1192,6 +1194,7 @@ def main() -> None:
             args.write,
             args.logo_only,
             args.logo_seed,
+            args.members,
             args.logo_members,
         )
 
