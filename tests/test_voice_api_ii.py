@@ -12,8 +12,10 @@ import soundfile as sf
 from fastapi.testclient import TestClient
 
 from tests.test_server import assert_error
+from verilive.audio import MAX_SAMPLE_RATE, MIN_SAMPLE_RATE
 from verilive.config import Settings
 from verilive.server.app import create_service_app
+from verilive.voice.diarization import DiarizationConfig
 
 OCTET = {"content-type": "application/octet-stream"}
 LIBRI = "data/voice/librispeech_251spk_gender"
@@ -88,6 +90,38 @@ def test_diarization_silence_is_empty(voice: TestClient) -> None:
 def test_diarization_bad_input(voice: TestClient, query: str, body: bytes, code: str) -> None:
     r = voice.post(f"/diarization_engine/get_segmentation_from_samples?{query}", content=body, headers=OCTET)
     assert_error(r, 400, code)
+
+
+def test_published_ranges_are_the_accepted_ones(voice: TestClient) -> None:
+    """The OpenAPI document's bounds of sample_rate and num_speakers are exactly what the server
+    accepts, so a client generated from it never sends a value that is refused."""
+    doc = voice.get("/openapi.json").json()
+    op = doc["paths"]["/diarization_engine/get_segmentation_from_samples"]["post"]
+    params = {p["name"]: p["schema"] for p in op["parameters"]}
+    rate, count = params["sample_rate"], params["num_speakers"]["anyOf"][0]
+    assert (rate["minimum"], rate["maximum"]) == (MIN_SAMPLE_RATE, MAX_SAMPLE_RATE)
+    assert (count["minimum"], count["maximum"]) == (1, DiarizationConfig().max_speakers)
+    url = "/diarization_engine/get_segmentation_from_samples"
+    silence = np.zeros(MIN_SAMPLE_RATE, "<i2").tobytes()
+    for query, status in [
+        (f"sample_rate={MIN_SAMPLE_RATE}", 200),
+        (f"sample_rate={MIN_SAMPLE_RATE - 1}", 400),
+        (f"sample_rate={MAX_SAMPLE_RATE}", 200),
+        (f"sample_rate={MAX_SAMPLE_RATE + 1}", 400),
+        (f"sample_rate=16000&num_speakers={count['maximum']}", 200),
+        (f"sample_rate=16000&num_speakers={count['maximum'] + 1}", 400),
+    ]:
+        r = voice.post(f"{url}?{query}", content=silence, headers=OCTET)
+        assert r.status_code == status, (query, r.text)
+        if status == 400:
+            assert_error(r, 400, "INVALID_PARAMETER")
+    for path in (
+        "/antispoof_engine/is_spoof_samples",
+        "/attributes_estimator/estimate_with_samples",
+        "/voice_template_factory/create_voice_template_from_samples",
+    ):
+        sr = {p["name"]: p["schema"] for p in doc["paths"][path]["post"]["parameters"]}["sample_rate"]
+        assert (sr["minimum"], sr["maximum"]) == (MIN_SAMPLE_RATE, MAX_SAMPLE_RATE), path
 
 
 def test_diarization_file_bad_input(voice: TestClient) -> None:

@@ -15,7 +15,14 @@ from fastapi.responses import Response
 from starlette.concurrency import run_in_threadpool
 
 import verilive
-from verilive.audio import MIN_SAMPLE_RATE, Audio, decode_file, decode_file_pcm16, decode_pcm16
+from verilive.audio import (
+    MAX_SAMPLE_RATE,
+    MIN_SAMPLE_RATE,
+    Audio,
+    decode_file,
+    decode_file_pcm16,
+    decode_pcm16,
+)
 from verilive.errors import VeriliveError
 from verilive.server.buildinfo import PROJECT_LICENSE, components_string, git_commit
 from verilive.server.context import ServiceContext, get_context
@@ -23,7 +30,7 @@ from verilive.server.types import Int32
 from verilive.server.uploads import OCTET_STREAM_BODY, read_part, read_raw_body, require_multipart
 from verilive.voice.antispoof import AntiSpoof
 from verilive.voice.attributes import AttributesEstimator
-from verilive.voice.diarization import Diarizer
+from verilive.voice.diarization import DiarizationConfig, Diarizer
 from verilive.voice.engine import (
     INIT_DATA_ID,
     VoiceEngine,
@@ -63,8 +70,8 @@ SampleRate = Annotated[
     int,
     Query(
         description="Sample rate of the PCM16 body in Hz.",
-        ge=1,
-        le=2**31 - 1,
+        ge=MIN_SAMPLE_RATE,  # the published range is the one the decoder accepts
+        le=MAX_SAMPLE_RATE,
         json_schema_extra={"format": "int32"},
     ),
 ]
@@ -77,7 +84,12 @@ ReqFloat = Annotated[float, Query(json_schema_extra={"format": "float"})]
 WavFile = Annotated[UploadFile, File(description="WAV file; Ogg Opus when the part's type is audio/ogg.")]
 NumSpeakers = Annotated[
     int | None,
-    Query(ge=1, le=64, description="Number of speakers, when known.", json_schema_extra={"format": "int32"}),
+    Query(
+        ge=1,
+        le=DiarizationConfig().max_speakers,
+        description="Number of speakers, when known.",
+        json_schema_extra={"format": "int32"},
+    ),
 ]
 
 
