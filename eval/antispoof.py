@@ -10,8 +10,9 @@ engine's Silero VAD for the suitability checks, then spectrogram, utterance cues
 statistics and the network. Printed: the EER of ``score`` (P(bona fide)) pooled, per attack class,
 per generator and per channel (clean wideband, added noise, telephone band), the error rates at
 P(bona fide) = 0.5, a 95 % interval for the pooled EERs (bootstrap over speakers and voices), the
-unseen-domain rejection, and how many clips were judged unsuitable (left
-out of the EERs). Writes docs/antispoof_eval_det.png (DET per class and per channel) unless
+unseen-domain rejection, the bona fide rejection per source, the EER without the far-field part of
+the data (the test set before it) and of that part alone, and how many clips were judged unsuitable
+(left out of the EERs). Writes docs/antispoof_eval_det.png (DET per class and per channel) unless
 ``--no-docs``. train/antispoof.py measures the same split on cached features while it trains;
 this script checks the exported model through the runtime.
 """
@@ -65,14 +66,14 @@ def main() -> None:
         differ = len(held ^ recorded)
         print(f"note: the model's held-out list and this cache's split differ by {differ} speakers")
     chosen = [c for c in clips if split[c.speaker] in ("test", "ood")]
-    rows: list[tuple[str, str, str, str, float | None, np.ndarray | None, str]] = []
+    rows: list[tuple[str, str, str, str, float | None, np.ndarray | None, str, str]] = []
     unsuitable: dict[tuple[str, str, str], int] = {}
     for i, c in enumerate(chosen):
         x, sr = sf.read(args.cache / c.path, dtype="float32", always_2d=True)
         r = anti.evaluate(Audio(x, int(sr)))
         probs = None if r.score is None else np.array([r.score, r.scoreReplay, r.scoreTts, r.scoreVc], float)
         part, group = split[c.speaker], channel_group(c.channel)
-        rows.append((part, c.label, c.generator, group, r.score, probs, c.speaker))
+        rows.append((part, c.label, c.generator, group, r.score, probs, c.speaker, c.id))
         if r.unsuitableInputMessage:
             why = r.unsuitableInputMessage.split(":")[0].rstrip(".")
             key = (split[c.speaker], c.label, why)
@@ -90,6 +91,8 @@ def main() -> None:
     gen = np.array([r[2] for r in test])
     grp = np.array([r[3] for r in test])
     who = np.array([r[6] for r in test])
+    # the far-field part of the data: distant-microphone bona fide and Griffin-Lim of it
+    far = (gen == "far-field") | np.array([r[7].startswith("gl-room-") for r in test], bool)
     s = np.log(np.clip(p, 1e-12, 1)) - np.log(np.clip(1 - p, 1e-12, 1))  # log-odds of bona fide
     bona = lab == "bonafide"
 
@@ -115,6 +118,18 @@ def main() -> None:
             f"  {name:<24} EER {pair_eer(~bona & m, bona & m):6.2%}  "
             f"({np.sum(bona & m)} bona fide, {np.sum(~bona & m)} spoof)  {interval(m)}"
         )
+    print(
+        f"  without the far-field part  EER {pair_eer(~bona & ~far, bona & ~far):6.2%}  "
+        f"({np.sum(bona & ~far)} bona fide, {np.sum(~bona & ~far)} spoof)  {interval(~far)}"
+    )
+    print(
+        f"  far-field bona fide vs Griffin-Lim of it  EER {pair_eer(~bona & far, bona & far):6.2%}  "
+        f"({np.sum(bona & far)} bona fide, {np.sum(~bona & far)} spoof)"
+    )
+    print("  bona fide rejected at P < 0.5, by source:")
+    for g in sorted(set(gen[bona])):
+        m = bona & (gen == g)
+        print(f"    {g:<22} {np.mean(p[m] < 0.5):.3f}  ({m.sum()} clips)")
     y = bona.astype(bool)
     miss, fa = rates_at(p, y, 0.5)
     print(f"  at P(bona fide) >= 0.5: bona fide rejected {miss:.3f}, spoofs accepted {fa:.3f}")
