@@ -11,10 +11,11 @@ statistics and the network. Printed: the EER of ``score`` (P(bona fide)) pooled,
 per generator and per channel (clean wideband, added noise, telephone band), the error rates at
 P(bona fide) = 0.5, a 95 % interval for the pooled EERs (bootstrap over speakers and voices), the
 unseen-domain rejection, the bona fide rejection per source, the EER without the far-field part of
-the data (the test set before it) and of that part alone, and how many clips were judged unsuitable
-(left out of the EERs). Writes docs/antispoof_eval_det.png (DET per class and per channel) unless
-``--no-docs``. train/antispoof.py measures the same split on cached features while it trains;
-this script checks the exported model through the runtime.
+the data (the test set before it) and of that part alone, the error rates at other accept
+thresholds, and how many clips were judged unsuitable (left out of the EERs). Writes
+docs/antispoof_eval_det.png (DET per class and per channel) unless ``--no-docs``.
+train/antispoof.py measures the same split on cached features while it trains; this script checks
+the exported model through the runtime.
 """
 
 from __future__ import annotations
@@ -130,6 +131,16 @@ def main() -> None:
     for g in sorted(set(gen[bona])):
         m = bona & (gen == g)
         print(f"    {g:<22} {np.mean(p[m] < 0.5):.3f}  ({m.sum()} clips)")
+    print(
+        "  at other accept thresholds (bona fide rejected: close-talk / far-field; "
+        "spoofs accepted: all / Griffin-Lim):"
+    )
+    gl = gen == "griffin-lim"
+    for t in (0.5, 0.8, 0.9, 0.95):
+        print(
+            f"    P >= {t:<4}  {np.mean(p[bona & ~far] < t):.3f} / {np.mean(p[bona & far] < t):.3f}"
+            f"   {np.mean(p[~bona] >= t):.3f} / {np.mean(p[gl] >= t):.3f}"
+        )
     y = bona.astype(bool)
     miss, fa = rates_at(p, y, 0.5)
     print(f"  at P(bona fide) >= 0.5: bona fide rejected {miss:.3f}, spoofs accepted {fa:.3f}")
