@@ -19,7 +19,8 @@ Classes and generators
 * VC / vocoded: the NII NSF neural-vocoder copy-synthesis clips (4 vocoders + the vocoded half of the
   wave-replacement pair), WORLD resynthesis of bona fide speech with random F0 and formant
   (frequency-warp) shifts, Griffin-Lim phase reconstruction from (mel-)magnitude spectrograms, of
-  close-talk speech and of the same speech recorded far from the microphone in a simulated room.
+  close-talk speech and of the same speech recorded far from the microphone in a simulated room,
+  and an LPC vocoder (all-pole envelope, pulse/noise excitation, random pitch shift).
 * bona fide, far-field (``far-field``): that simulated far-field recording itself, so that the room
   is no cue for the Griffin-Lim clips made from it.
 * replay: bona fide speech through a simulated loudspeaker (band-limiting, resonances, soft-clipping
@@ -66,6 +67,7 @@ N_FESTIVAL_PER_VOICE = 50
 N_PIPER = 180
 N_WORLD = 320
 N_GRIFFIN_LIM = 320
+N_LPC = 240
 N_FAR_FIELD = 160  # sources recorded again far from the microphone: as bona fide, and Griffin-Lim of it
 N_REPLAY_PER_CONDITION = 180
 N_ASTERISK_PER_VOICE = 60
@@ -684,6 +686,83 @@ def gen_griffin_lim(pool: list[Raw]) -> list[Spoof]:
     return out
 
 
+def lpc_frames(x: np.ndarray, order: int, win: int, hop: int) -> tuple[np.ndarray, np.ndarray]:
+    """All-pole coefficients ``a`` (frames, order + 1; a[0] = 1) and residual RMS per hop, by the
+    autocorrelation method on Hann windows centred on each hop."""
+    from scipy.linalg import solve_toeplitz
+
+    pad = np.pad(x.astype(np.float64), (win // 2, win))
+    w = signal.get_window("hann", win)
+    n = x.size // hop + 1
+    a = np.zeros((n, order + 1))
+    g = np.zeros(n)
+    for i in range(n):
+        fr = pad[i * hop : i * hop + win] * w
+        r = np.correlate(fr, fr, "full")[win - 1 : win + order]
+        if r[0] < 1e-10:
+            a[i, 0] = 1.0
+            continue
+        r[0] *= 1.0 + 1e-4  # white-noise correction keeps the filter stable
+        c = solve_toeplitz(r[:order], r[1 : order + 1])
+        a[i] = np.concatenate([[1.0], -c])
+        g[i] = np.sqrt(max(r[0] - c @ r[1 : order + 1], 1e-12) / np.sum(w**2))
+    return a, g
+
+
+def lpc_vocode(
+    x: np.ndarray, key: str, f0_track: tuple[np.ndarray, np.ndarray] | None = None
+) -> tuple[np.ndarray, str]:
+    """Source-filter resynthesis with an LPC envelope and a synthetic excitation (pulses at the F0
+    where voiced, noise elsewhere, optionally mixed), the classic vocoder of codecs and early voice
+    conversion; random order, frame length, pitch shift and excitation seeded by ``key``.
+    ``f0_track``: (frame times in s, F0 in Hz with 0 = unvoiced) of the source; WORLD's DIO and
+    StoneMask (pyworld) track it when it is not given."""
+    rng = rng_for(key)
+    order = int(rng.integers(12, 25))
+    win = int(rng.choice([320, 400, 512]))
+    hop = int(rng.choice([80, 160]))
+    ratio = 1.0 if rng.uniform() < 0.3 else float(rng.uniform(0.75, 1.35))
+    mix = float(rng.uniform(0.0, 0.5))  # noise share in voiced frames
+    xd = x.astype(np.float64)
+    a, g = lpc_frames(xd, order, win, hop)
+    if f0_track is None:
+        import pyworld as pw
+
+        f0, t = pw.dio(xd, SR, frame_period=1000 * hop / SR)
+        f0 = pw.stonemask(xd, f0, t, SR)
+    else:  # the nearest frame's value at each hop
+        times, hz = f0_track
+        at = np.arange(len(a)) * hop / SR
+        f0 = np.asarray(hz, np.float64)[np.abs(at[:, None] - np.asarray(times)[None, :]).argmin(axis=1)]
+    n = min(len(a), len(f0))
+    f0s = np.repeat(f0[:n] * ratio, hop)
+    phase = np.cumsum(np.where(f0s > 0, f0s, 0.0) / SR)
+    pulses = (np.diff(np.floor(phase), prepend=0.0) > 0).astype(np.float64)
+    noise = rng.standard_normal(n * hop)
+    y = np.zeros(n * hop)
+    zi = np.zeros(order)
+    for i in range(n):
+        seg = slice(i * hop, (i + 1) * hop)
+        if f0[i] > 0:
+            p = pulses[seg] * np.sqrt(SR / (f0[i] * ratio))  # unit power per sample
+            e = np.sqrt(1 - mix) * p + np.sqrt(mix) * noise[seg]
+        else:
+            e = noise[seg]
+        y[seg], zi = signal.lfilter([g[i]], a[i], e, zi=zi * (g[i] > 0))
+    y = y[: x.size]
+    y = y / (np.max(np.abs(y)) + 1e-9) * np.max(np.abs(x))
+    how = f"LPC vocoder (order {order}, window {win}, hop {hop}, f0 x{ratio:.2f}, noise mix {mix:.2f})"
+    return y.astype(np.float32), how
+
+
+def gen_lpc(pool: list[Raw]) -> list[Spoof]:
+    out = []
+    for r in pool:
+        y, how = lpc_vocode(r.wave, "lpc/" + r.id)
+        out.append(Spoof(f"lpc-{r.id}", y, "vc", "lpc-vocoder", r.speaker, f"{how} of {r.source}", r.licence))
+    return out
+
+
 FAR_FIELD = dict(rt60=(0.2, 0.8), size=(3, 8), distance=(0.7, 3.0))
 
 
@@ -825,6 +904,7 @@ def _run_spoof_job(job: tuple[str, Path, list[Raw]]) -> list[Clip]:
         "nii": gen_nii,
         "world": lambda: gen_world(pool),
         "griffin-lim": lambda: gen_griffin_lim(pool),
+        "lpc-vocoder": lambda: gen_lpc(pool),
         "far-field": lambda: gen_far_field(pool),
         **{c: (lambda c=c: gen_replay(pool, c)) for c in REPLAY},
     }
@@ -856,7 +936,8 @@ def build(cache: Path, workers: int = 2, fresh: bool = False) -> list[Clip]:
     pool = [r for r in shared if r.train_ok and r.wave.size >= 2 * SR]
     sizes = {"world": N_WORLD, "griffin-lim": N_GRIFFIN_LIM, **dict.fromkeys(REPLAY, N_REPLAY_PER_CONDITION)}
     sizes["far-field"] = N_FAR_FIELD
-    jobs = ["festival", "world", "griffin-lim", "espeak", "piper", "nii", *REPLAY, "far-field"]
+    sizes["lpc-vocoder"] = N_LPC
+    jobs = ["festival", "world", "griffin-lim", "espeak", "piper", "nii", *REPLAY, "far-field", "lpc-vocoder"]
     close = [r for r in pool if not r.source.startswith("ami")]  # meeting audio is far-field already
     # Each derived generator gets its own seeded draw of sources (only those are sent to the worker).
     args = [
