@@ -54,7 +54,7 @@ from typing import Any
 import numpy as np
 import soundfile as sf
 
-from train.antispoof_data import DEFAULT_CACHE, Clip, read_manifest
+from train.antispoof_data import DEFAULT_CACHE, Clip, for_training, read_manifest
 from verilive.voice.antispoof import CLASSES, FCM_SECONDS, MODEL_FILE, SR, FrontEnd, features
 from verilive.voice.campplus import FCM_CHANNELS
 from verilive.voice.utterance_cues import FEATURE_NAMES, utterance_features
@@ -234,7 +234,8 @@ def load_data(cache: Path, extract: Callable[[np.ndarray], np.ndarray], name: st
         offsets = np.cumsum([0] + [f.shape[-1] for f in feats])
         np.savez(store, ids=np.array(ids), offsets=offsets, feats=np.concatenate(feats, axis=-1))
         print(f"{name} features of {len(clips)} clips in {time.time() - t:.0f} s", flush=True)
-    ok = [i for i, f in enumerate(feats) if f.shape[-1] >= min_frames]
+    trainable = {c.id for c in for_training(clips)}
+    ok = [i for i, f in enumerate(feats) if f.shape[-1] >= min_frames and clips[i].id in trainable]
     clips, feats = [clips[i] for i in ok], [feats[i] for i in ok]
     split = split_of(clips)
     return Data(

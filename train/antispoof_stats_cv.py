@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 
 from train.antispoof import CLASSES, crc, eer, fcm_stats, split_of
-from train.antispoof_data import DEFAULT_CACHE, read_manifest
+from train.antispoof_data import DEFAULT_CACHE, for_training, read_manifest
 
 LOGO_GENERATORS = ("world", "griffin-lim", "festival", "espeak-ng", "piper-vits", "replay-phone")
 MIN_FRAMES = 50
@@ -55,7 +55,7 @@ def main() -> None:
     ap.add_argument("--c", type=float, nargs="+", default=[0.003, 0.01, 0.03])
     args = ap.parse_args()
     t0 = time.time()
-    clips = read_manifest(args.cache)
+    clips = for_training(read_manifest(args.cache))
     store = args.cache / "fcm_frames.npz"
     if not store.exists():
         raise SystemExit(f"no {store}: run python -m train.antispoof first")
