@@ -15,7 +15,8 @@ non-determinism of multi-threaded CPU kernels, the same numbers):
    speech, are held out for testing; TTS voices and the NII/ARCTIC speakers, which have no bona fide
    side, are held out per generator (every 4th voice in a fixed hash order, at least one). Debian
    bona fide (Asterisk, KLettres) is never trained on (licence) and is an unseen-domain test set.
-   One training speaker in six is set aside for validation (calibration).
+   One training speaker in six is set aside for validation (calibration). The generators of
+   ``antispoof_data.EVAL_ONLY`` are left out entirely (``eval/antispoof.py`` scores them).
 2. The network on the runtime front end (``verilive.voice.antispoof.features``, 2 s random crops,
    SpecAugment masks) and the runtime utterance cues (``verilive.voice.utterance_cues``, whole
    clip, cached in ``<cache>/cues.npz``), class-balanced sampling, one output per generator
