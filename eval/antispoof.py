@@ -12,8 +12,11 @@ per generator and per channel (clean wideband, added noise, telephone band), the
 P(bona fide) = 0.5, a 95 % interval for the pooled EERs (bootstrap over speakers and voices), the
 unseen-domain rejection, the bona fide rejection per source, the EER without the far-field part of
 the data (the test set before it) and of that part alone, the error rates at other accept
-thresholds, and how many clips were judged unsuitable (left out of the EERs). Writes
-docs/antispoof_eval_det.png (DET per class and per channel) unless ``--no-docs``.
+thresholds, and how many clips were judged unsuitable (left out of the EERs). Then every clip of
+the generators no model is trained on (``train.antispoof_data.EVAL_ONLY``: the LPC vocoder), from
+all speakers, against the held-out bona fide: the shipped model on a generator it never saw. Writes
+docs/antispoof_eval_det.png (DET per class, with the never-seen generator, and per channel) unless
+``--no-docs``.
 train/antispoof.py measures the same split on cached features while it trains; this script checks
 the exported model through the runtime.
 """
@@ -44,7 +47,7 @@ def channel_group(channel: str) -> str:
 def main() -> None:
     import soundfile as sf
     from train.antispoof import split_of
-    from train.antispoof_data import DEFAULT_CACHE, read_manifest
+    from train.antispoof_data import DEFAULT_CACHE, EVAL_ONLY, for_training, read_manifest
 
     from verilive.audio import Audio
     from verilive.models.sessions import ModelRegistry
@@ -60,24 +63,26 @@ def main() -> None:
         raise SystemExit(f"no clips in {args.cache}: run python -m train.antispoof_data first")
     anti = AntiSpoof.from_engine(VoiceEngine.from_registry(ModelRegistry()))
     clips = read_manifest(args.cache)
-    split = split_of(clips)
+    split = split_of(for_training(clips))
     held = set(anti.meta.get("test_speakers", []))
     recorded = {c.speaker for c in clips if split[c.speaker] == "test"}
     if held and held != recorded:
         differ = len(held ^ recorded)
         print(f"note: the model's held-out list and this cache's split differ by {differ} speakers")
-    chosen = [c for c in clips if split[c.speaker] in ("test", "ood")]
+    # parts: test / ood as split; "unseen" for every clip of a generator never trained on
+    part_of = {c.id: "unseen" if c.generator in EVAL_ONLY else split[c.speaker] for c in clips}
+    chosen = [c for c in clips if part_of[c.id] in ("test", "ood", "unseen")]
     rows: list[tuple[str, str, str, str, float | None, np.ndarray | None, str, str]] = []
     unsuitable: dict[tuple[str, str, str], int] = {}
     for i, c in enumerate(chosen):
         x, sr = sf.read(args.cache / c.path, dtype="float32", always_2d=True)
         r = anti.evaluate(Audio(x, int(sr)))
         probs = None if r.score is None else np.array([r.score, r.scoreReplay, r.scoreTts, r.scoreVc], float)
-        part, group = split[c.speaker], channel_group(c.channel)
+        part, group = part_of[c.id], channel_group(c.channel)
         rows.append((part, c.label, c.generator, group, r.score, probs, c.speaker, c.id))
         if r.unsuitableInputMessage:
             why = r.unsuitableInputMessage.split(":")[0].rstrip(".")
-            key = (split[c.speaker], c.label, why)
+            key = (part_of[c.id], c.label, why)
             unsuitable[key] = unsuitable.get(key, 0) + 1
         if (i + 1) % 200 == 0:
             print(f"  {i + 1}/{len(chosen)} clips", flush=True)
@@ -147,6 +152,22 @@ def main() -> None:
     pred = np.array([CLASSES[int(np.argmax(r[5]))] for r in test])
     print(f"  4-way accuracy {np.mean(pred == lab):.3f}")
 
+    unseen = [r for r in judged if r[0] == "unseen"]
+    us = np.array([r[4] for r in unseen], float)
+    ug = np.array([r[2] for r in unseen])
+    if unseen:
+        print("\nGenerators never trained on (every clip), against the held-out bona fide:")
+        for g in sorted(set(ug)):
+            q = us[ug == g]
+            lq = np.log(np.clip(q, 1e-12, 1)) - np.log(np.clip(1 - q, 1e-12, 1))
+            top = [CLASSES[int(np.argmax(r[5][1:])) + 1] for r in unseen if r[2] == g]
+            for name, mb in (("close-talk bona fide", bona & ~far), ("all bona fide", bona)):
+                y = np.concatenate([np.ones(mb.sum(), bool), np.zeros(q.size, bool)])
+                print(f"  {g:<14} vs {name:<21} EER {eer(np.concatenate([s[mb], lq]), y)[0]:6.2%}")
+            acc = "  ".join(f"{np.mean(q >= t):.3f} at {t}" for t in (0.5, 0.8, 0.9))
+            most = max(set(top), key=top.count)
+            print(f"  {g:<14} accepted: {acc}  ({q.size} clips; most often taken for {most})")
+
     ood = [r for r in judged if r[0] == "ood"]
     print("\nUnseen-domain bona fide (never trained on):")
     for g in sorted({r[2] for r in ood}):
@@ -163,12 +184,12 @@ def main() -> None:
         ticks = np.array([0.001, 0.01, 0.02, 0.05, 0.1, 0.2, 0.4, 0.6, 0.8])
 
         def draw(ax, sel: list[tuple[str, np.ndarray, np.ndarray]], title: str) -> None:
-            for k, (name, mb, ms) in enumerate(sel):
-                sc = np.concatenate([s[mb], s[ms]])
-                yy = np.concatenate([np.ones(mb.sum(), bool), np.zeros(ms.sum(), bool)])
+            for k, (name, sb, ss) in enumerate(sel):  # bona fide and spoof log-odds
+                sc = np.concatenate([sb, ss])
+                yy = np.concatenate([np.ones(sb.size, bool), np.zeros(ss.size, bool)])
                 d = det_curve(sc, yy)
                 ax.plot(d.x, d.y, c="k" if k == 0 else f"C{k - 1}", lw=2 if k == 0 else 1.2,
-                        label=f"{name} (EER {pair_eer(ms, mb):.1%})")  # fmt: skip
+                        label=f"{name} (EER {eer(sc, yy)[0]:.1%})")  # fmt: skip
             from eval.metrics import probit
 
             ax.set_xticks(probit(ticks), [f"{t:g}" for t in 100 * ticks])
@@ -179,11 +200,14 @@ def main() -> None:
             ax.grid(alpha=0.3)
             ax.legend(fontsize=8, loc="upper right")
 
-        draw(axes[0], [("all spoofs", bona, ~bona)] + [(c, bona, lab == c) for c in CLASSES[1:]],
-             "By attack class (held-out speakers)")  # fmt: skip
+        never = [(f"{g}, never trained on", s[bona], np.log(us[ug == g]) - np.log1p(-us[ug == g]))
+                 for g in sorted(set(ug))]  # fmt: skip
+        draw(axes[0], [("all spoofs", s[bona], s[~bona])] + [(c, s[bona], s[lab == c]) for c in CLASSES[1:]]
+             + never, "By attack class (held-out speakers)")  # fmt: skip
         draw(
             axes[1],
-            [("all channels", bona, ~bona)] + [(n, bona & (grp == n), ~bona & (grp == n)) for n in CHANNELS],
+            [("all channels", s[bona], s[~bona])]
+            + [(n, s[bona & (grp == n)], s[~bona & (grp == n)]) for n in CHANNELS],
             "By channel (bona fide and spoof of that channel)",
         )
         fig.suptitle("verilive anti-spoofing, shipped model through AntiSpoof.evaluate (eval/antispoof.py)")
