@@ -154,12 +154,13 @@ def main() -> None:
 
     unseen = [r for r in judged if r[0] == "unseen"]
     us = np.array([r[4] for r in unseen], float)
+    lus = np.log(np.clip(us, 1e-12, 1)) - np.log(np.clip(1 - us, 1e-12, 1))  # log-odds, as ``s``
     ug = np.array([r[2] for r in unseen])
     if unseen:
         print("\nGenerators never trained on (every clip), against the held-out bona fide:")
         for g in sorted(set(ug)):
             q = us[ug == g]
-            lq = np.log(np.clip(q, 1e-12, 1)) - np.log(np.clip(1 - q, 1e-12, 1))
+            lq = lus[ug == g]
             top = [CLASSES[int(np.argmax(r[5][1:])) + 1] for r in unseen if r[2] == g]
             for name, mb in (("close-talk bona fide", bona & ~far), ("all bona fide", bona)):
                 y = np.concatenate([np.ones(mb.sum(), bool), np.zeros(q.size, bool)])
@@ -200,8 +201,7 @@ def main() -> None:
             ax.grid(alpha=0.3)
             ax.legend(fontsize=8, loc="upper right")
 
-        never = [(f"{g}, never trained on", s[bona], np.log(us[ug == g]) - np.log1p(-us[ug == g]))
-                 for g in sorted(set(ug))]  # fmt: skip
+        never = [(f"{g}, never trained on", s[bona], lus[ug == g]) for g in sorted(set(ug))]
         draw(axes[0], [("all spoofs", s[bona], s[~bona])] + [(c, s[bona], s[lab == c]) for c in CLASSES[1:]]
              + never, "By attack class (held-out speakers)")  # fmt: skip
         draw(
