@@ -65,13 +65,13 @@ def main() -> None:
     clips = read_manifest(args.cache)
     split = split_of(for_training(clips))
     held = set(anti.meta.get("test_speakers", []))
-    recorded = {c.speaker for c in clips if split[c.speaker] == "test"}
+    recorded = {c.speaker for c in for_training(clips) if split[c.speaker] == "test"}
     if held and held != recorded:
         differ = len(held ^ recorded)
         print(f"note: the model's held-out list and this cache's split differ by {differ} speakers")
-    # parts: test / ood as split; "unseen" for every clip of a generator never trained on
-    part_of = {c.id: "unseen" if c.generator in EVAL_ONLY else split[c.speaker] for c in clips}
-    chosen = [c for c in clips if part_of[c.id] in ("test", "ood", "unseen")]
+    # parts: test / ood as split; "eval-only" for every clip of a generator never trained on
+    part_of = {c.id: "eval-only" if c.generator in EVAL_ONLY else split[c.speaker] for c in clips}
+    chosen = [c for c in clips if part_of[c.id] in ("test", "ood", "eval-only")]
     rows: list[tuple[str, str, str, str, float | None, np.ndarray | None, str, str]] = []
     unsuitable: dict[tuple[str, str, str], int] = {}
     for i, c in enumerate(chosen):
@@ -152,22 +152,29 @@ def main() -> None:
     pred = np.array([CLASSES[int(np.argmax(r[5]))] for r in test])
     print(f"  4-way accuracy {np.mean(pred == lab):.3f}")
 
-    unseen = [r for r in judged if r[0] == "unseen"]
-    us = np.array([r[4] for r in unseen], float)
+    never = [r for r in judged if r[0] == "eval-only"]
+    us = np.array([r[4] for r in never], float)
     lus = np.log(np.clip(us, 1e-12, 1)) - np.log(np.clip(1 - us, 1e-12, 1))  # log-odds, as ``s``
-    ug = np.array([r[2] for r in unseen])
-    if unseen:
-        print("\nGenerators never trained on (every clip), against the held-out bona fide:")
+    ug = np.array([r[2] for r in never])
+    on_test = np.array([split.get(r[6]) == "test" for r in never], bool)
+    if never:
+        print("\nGenerators never trained on (EVAL_ONLY), against the held-out bona fide:")
         for g in sorted(set(ug)):
-            q = us[ug == g]
-            lq = lus[ug == g]
-            top = [CLASSES[int(np.argmax(r[5][1:])) + 1] for r in unseen if r[2] == g]
-            for name, mb in (("close-talk bona fide", bona & ~far), ("all bona fide", bona)):
-                y = np.concatenate([np.ones(mb.sum(), bool), np.zeros(q.size, bool)])
-                print(f"  {g:<14} vs {name:<21} EER {eer(np.concatenate([s[mb], lq]), y)[0]:6.2%}")
-            acc = "  ".join(f"{np.mean(q >= t):.3f} at {t}" for t in (0.5, 0.8, 0.9))
-            most = max(set(top), key=top.count)
-            print(f"  {g:<14} accepted: {acc}  ({q.size} clips; most often taken for {most})")
+            mg = ug == g
+            sel = (
+                ("every clip", "close-talk bona fide", mg, bona & ~far),
+                ("every clip", "all bona fide", mg, bona),
+                ("test speakers' clips", "close-talk bona fide", mg & on_test, bona & ~far),
+            )
+            for which, name, ms, mb in sel:
+                y = np.concatenate([np.ones(mb.sum(), bool), np.zeros(ms.sum(), bool)])
+                e = eer(np.concatenate([s[mb], lus[ms]]), y)[0]
+                print(f"  {g:<14} {which:<20} ({ms.sum():3d}) vs {name:<21} EER {e:6.2%}")
+            acc = "  ".join(f"{np.mean(us[mg] >= t):.3f} at {t}" for t in (0.5, 0.8, 0.9))
+            # the attack class of the rejected clips; ties go to the first class in CLASSES
+            rej = [CLASSES[int(np.argmax(r[5][1:])) + 1] for r in never if r[2] == g and r[4] < 0.5]
+            most = CLASSES[1 + int(np.argmax([rej.count(c) for c in CLASSES[1:]]))] if rej else "-"
+            print(f"  {g:<14} accepted: {acc}  ({mg.sum()} clips; rejected ones taken for {most})")
 
     ood = [r for r in judged if r[0] == "ood"]
     print("\nUnseen-domain bona fide (never trained on):")
@@ -201,9 +208,10 @@ def main() -> None:
             ax.grid(alpha=0.3)
             ax.legend(fontsize=8, loc="upper right")
 
-        never = [(f"{g}, never trained on", s[bona], lus[ug == g]) for g in sorted(set(ug))]
+        # a never-trained generator: all its clips, against the bona fide of the earlier test set
+        unseen = [(f"{g}, never trained on*", s[bona & ~far], lus[ug == g]) for g in sorted(set(ug))]
         draw(axes[0], [("all spoofs", s[bona], s[~bona])] + [(c, s[bona], s[lab == c]) for c in CLASSES[1:]]
-             + never, "By attack class (held-out speakers)")  # fmt: skip
+             + unseen, "By attack class (held-out speakers; *all speakers)")  # fmt: skip
         draw(
             axes[1],
             [("all channels", s[bona], s[~bona])]

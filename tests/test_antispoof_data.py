@@ -1,4 +1,4 @@
-"""The LPC vocoder of the anti-spoofing training data (train/antispoof_data.py)."""
+"""The LPC vocoder of the anti-spoofing data (train/antispoof_data.py; evaluation only, ``EVAL_ONLY``)."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ def test_lpc_frames_recover_an_all_pole_filter() -> None:
     rng = np.random.default_rng(0)
     x = signal.lfilter([0.5], FORMANTS, rng.standard_normal(2 * SR))
     a, g = lpc_frames(x, order=2, win=512, hop=160)
-    assert a.shape == (2 * SR // 160 + 1, 3) and np.all(a[:, 0] == 1.0)
+    assert a.shape == (2 * SR // 160 + 1, 3)
     inner = slice(4, -4)  # frames that lie wholly inside the signal
     np.testing.assert_allclose(np.median(a[inner], axis=0), FORMANTS, atol=0.05)
     assert abs(np.median(g[inner]) - 0.5) < 0.05  # the residual is the scaled white noise
@@ -49,10 +49,9 @@ def test_lpc_vocoder_keeps_the_envelope_and_moves_the_pitch() -> None:
     voiced = strength > (0.5 if mix < 0.3 else 0.3)
     assert voiced.mean() > 0.5
     assert abs(np.median(f0[voiced]) / (125.0 * ratio) - 1) < 0.03, (np.median(f0[voiced]), ratio)
-    # the spectral envelope is the source's: the resonance stays where it was
-    fx, px = signal.welch(x, SR, nperseg=512)
-    fy, py = signal.welch(y, SR, nperseg=512)
-    assert abs(fx[np.argmax(px)] - fy[np.argmax(py)]) <= 2 * SR / 512
+    # the spectral envelope is the source's: a 2nd-order fit to the output finds the source's filter
+    a, _ = lpc_frames(y, order=2, win=512, hop=160)
+    np.testing.assert_allclose(np.median(a[4:-4], axis=0), FORMANTS, atol=0.03)
     # seeded by the key
     assert np.array_equal(y, lpc_vocode(x, key, track)[0])
     assert not np.array_equal(y, lpc_vocode(x, key + "-other", track)[0])

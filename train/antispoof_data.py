@@ -70,8 +70,9 @@ N_WORLD = 320
 N_GRIFFIN_LIM = 320
 N_LPC = 240
 # Generators no model is trained on: the shipped model's own check against a generator it never saw
-# (leave-one-generator-out measures short fold trainings instead). The LPC vocoder was tried in
-# training and made unseen generators harder to catch (docs/antispoof.md, "What is left").
+# (leave-one-generator-out measures short fold trainings instead). The LPC vocoder in training moved
+# the leave-one-generator-out errors between generators without lowering the mean, so it was not
+# adopted (docs/antispoof.md, "History: why the LPC vocoder is a test, not training data").
 EVAL_ONLY = frozenset({"lpc-vocoder"})
 N_FAR_FIELD = 160  # sources recorded again far from the microphone: as bona fide, and Griffin-Lim of it
 N_REPLAY_PER_CONDITION = 180
