@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import io
 import json
 import os
 import shutil
@@ -46,8 +47,9 @@ import tempfile
 import zlib
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import soundfile as sf
@@ -870,11 +872,173 @@ def gen_replay(pool: list[Raw], cond: str) -> list[Spoof]:
     return out
 
 
+# ------------------------------------------------------------------------------------- real sources
+
+# Real deepfakes made by other labs, with the real recordings beside them (shared/data/voice/spoof_*;
+# each folder's README.txt gives source, licence and how labels were decided). A whole folder is
+# one *source*: another lab's generators, recording chain and speakers. Leave-one-source-out
+# (train/antispoof.py --loso) leaves a folder out at a time. The clips are kept as published
+# (resampled to 16 kHz, never "finished"): the finishing and the codec part below add the channel
+# variety, so that the measurement is on the real clips themselves.
+REAL_SOURCES = (
+    "spoof_cyclegan_vc2",
+    "spoof_cyclegan_vc_leimao",
+    "spoof_kyubyong_tacotron",
+    "spoof_mobilespeech",
+    "spoof_openseq2seq",
+    "spoof_tortoise",
+    "spoof_vocos",
+    "spoof_vstts",
+)
+# attack_kind of the labels.csv files -> the API's attack classes (docs/antispoof.md, "Classes").
+# A zero-shot clone is text-to-speech in a target voice; a vocoder copy (codec or neural vocoder
+# resynthesis of real speech) converts a real voice's features back to a waveform, as the NII
+# vocoded clips that were already class VC.
+KIND_CLASS = {"tts": "tts", "clone": "tts", "vc": "vc", "vocoder": "vc"}
+REAL_MAX_SECONDS = 8.0
+
+
+def slug(s: str) -> str:
+    out = "".join(ch if ch.isalnum() else "-" for ch in s.lower())
+    return "-".join(p for p in out.split("-") if p)
+
+
+def group_key(folder: str, row: dict[str, str]) -> str:
+    """Split group of a real-source clip: its speaker when known, else the set/prompt number in the
+    file name, so that a ground-truth recording and the spoofs made of it fall on one side."""
+    if row["speaker_if_known"]:
+        return f"{folder}:{slug(row['speaker_if_known'])}"
+    stem = Path(row["file"]).stem
+    for tag in ("set", "prompt"):
+        if tag in stem:
+            digits = "".join(ch for ch in stem.split(tag, 1)[1][:3] if ch.isdigit())
+            return f"{folder}:{tag}{digits}"
+    return f"{folder}:{slug(stem)}"
+
+
+def gen_real_sources() -> list[Spoof]:
+    """Every labelled clip of the :data:`REAL_SOURCES` folders, bona fide and spoof, with generator
+    ``<folder>/<system>`` (``<folder>/real`` for the bona fide)."""
+    out = []
+    for folder in REAL_SOURCES:
+        root = SHARED_VOICE / folder
+        with open(root / "labels.csv") as f:
+            for row in csv.DictReader(f):
+                bona = row["label"] == "bonafide"
+                label = "bonafide" if bona else KIND_CLASS[row["attack_kind"]]
+                gen = f"{folder}/real" if bona else f"{folder}/{slug(row['system'])}"
+                x = load(root / row["file"])[: int(REAL_MAX_SECONDS * SR)]
+                cid = f"{folder}-{slug(Path(row['file']).with_suffix('').as_posix())}"
+                out.append(Spoof(cid, x, label, gen, group_key(folder, row), folder, row["license"]))
+    return out
+
+
+def bonafide_more() -> list[Spoof]:
+    """More real speech with permissive licences, for a wider bona fide side: speechocean762
+    (Mandarin L1 speakers reading English, children and adults, Apache-2.0) and Common Voice
+    Spanish (many microphones, MP3 as uploaded, CC0). Common Voice pairs listed as possibly the
+    same speaker share one split group."""
+    out = []
+    so = SHARED_VOICE / "age_speechocean762"
+    with open(so / "labels.csv") as f:
+        for row in csv.DictReader(f):
+            x = load(so / row["file"])
+            out.append(Spoof(f"so762-{Path(row['file']).stem}", x, "bonafide", "speechocean762",
+                             row["speaker"], "age_speechocean762", "Apache-2.0"))  # fmt: skip
+    cv = SHARED_VOICE / "age_cv_es_mx"
+    same: dict[str, str] = {}
+    with open(cv / "possible_same_speaker.csv") as f:
+        for row in csv.DictReader(f):
+            a, b = Path(row["file_a"]).stem, Path(row["file_b"]).stem
+            same[b] = same.get(a, a)
+    with open(cv / "labels.csv") as f:
+        for row in csv.DictReader(f):
+            stem = Path(row["file"]).stem
+            x = load(cv / row["file"])
+            out.append(Spoof(f"cves-{stem}", x, "bonafide", "cv_es_mx", f"cves-{same.get(stem, stem)}",
+                             "age_cv_es_mx (Common Voice)", "CC0-1.0"))  # fmt: skip
+    return out
+
+
+# ------------------------------------------------------------------------------------- codecs
+
+CODECS = ("mp3", "opus", "gsm", "alaw", "ulaw", "amr-band", "resample", "rawboost")
+
+
+def _roundtrip(x: np.ndarray, sr: int, **kw: Any) -> np.ndarray:
+    buf = io.BytesIO()
+    sf.write(buf, np.clip(x, -1, 1), sr, **kw)
+    buf.seek(0)
+    y, _ = sf.read(buf, dtype="float32")
+    return y.astype(np.float32)
+
+
+def _at(x: np.ndarray, sr: int, fn: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
+    y = soxr.resample(x, SR, sr, quality="HQ").astype(np.float32)
+    return soxr.resample(fn(y), sr, SR, quality="HQ").astype(np.float32)[: x.size]
+
+
+def rawboost(x: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """RawBoost-style (Tak et al. 2022) channel noise: a random multi-notch/peak FIR filter
+    (linear convolutive), a mild memoryless polynomial (non-linear), sparse impulses and stationary
+    coloured noise at 10-40 dB SNR."""
+    taps = int(rng.integers(16, 64)) | 1
+    h = np.zeros(taps)
+    for _ in range(int(rng.integers(2, 6))):
+        lo = rng.uniform(0.02, 0.9)
+        band = signal.firwin(taps, [lo, min(0.99, lo + rng.uniform(0.02, 0.2))], pass_zero=False)
+        h += rng.uniform(-0.6, 0.6) * band
+    h[taps // 2] += 1.0
+    y = signal.lfilter(h, [1.0], x)
+    peak = np.max(np.abs(y)) + 1e-9
+    y = y / peak
+    y = (y + rng.uniform(-0.15, 0.15) * y**2 + rng.uniform(-0.2, 0.2) * y**3) * peak
+    spikes = rng.uniform(size=y.size) < rng.uniform(0.0005, 0.005)
+    y = y + spikes * rng.uniform(-1, 1, y.size) * rng.uniform(0.05, 0.3) * peak
+    p = float(np.mean(y**2)) + 1e-12
+    snr = rng.uniform(10, 40)
+    y = y + coloured_noise(y.size, rng) * np.sqrt(p / 10 ** (snr / 10))
+    return y.astype(np.float32)
+
+
+def codec_chain(x: np.ndarray, name: str, rng: np.random.Generator) -> np.ndarray:
+    """``x`` (16 kHz) through one channel of :data:`CODECS`, back at 16 kHz and its own length."""
+    x = x.astype(np.float32)
+    if name == "mp3":
+        y = _roundtrip(x, SR, format="MP3", subtype="MPEG_LAYER_III", compression_level=rng.uniform(0.3, 1.0))
+    elif name == "opus":
+        y = _roundtrip(x, SR, format="OGG", subtype="OPUS", compression_level=rng.uniform(0.3, 1.0))
+    elif name in ("gsm", "alaw", "ulaw"):
+        sub = {"gsm": "GSM610", "alaw": "ALAW", "ulaw": "ULAW"}[name]
+        sos = signal.butter(4, [rng.uniform(200, 350), 3400], btype="band", fs=8000, output="sos")
+        y = _at(x, 8000, lambda z: _roundtrip(signal.sosfilt(sos, z), 8000, format="WAV", subtype=sub))
+    elif name == "amr-band":  # narrow-band speech codec stand-in: 8 kHz, 300-3400 Hz, 13-bit, noisy
+        sos = signal.butter(6, [300, 3400], btype="band", fs=8000, output="sos")
+
+        def narrow(z: np.ndarray) -> np.ndarray:
+            z = signal.sosfilt(sos, z)
+            z = np.round(z * 4096) / 4096
+            return (z + rng.normal(0, 10 ** (-rng.uniform(45, 60) / 20), z.size)).astype(np.float32)
+
+        y = _at(x, 8000, narrow)
+    elif name == "resample":
+        sr = int(rng.choice([8000, 11025, 22050, 44100, 12000]))
+        y = _at(x, sr, lambda z: z)
+    else:
+        y = rawboost(x, rng)
+    y = np.asarray(y, dtype=np.float32)[: x.size]
+    if y.size < x.size:
+        y = np.pad(y, (0, x.size - y.size))
+    return y * np.float32(10 ** (rng.uniform(-12, 6) / 20))
+
+
 # ------------------------------------------------------------------------------------- driver
 
 
-def _write(cache: Path, sub: str, cid: str, wave: np.ndarray) -> tuple[str, str, float]:
-    y, channel = finish(wave, cid)
+def _write(
+    cache: Path, sub: str, cid: str, wave: np.ndarray, finished: bool = True
+) -> tuple[str, str, float]:
+    y, channel = finish(wave, cid) if finished else (np.clip(wave, -1, 1).astype(np.float32), "as-published")
     rel = f"audio/{sub}/{cid}.flac"
     (cache / rel).parent.mkdir(parents=True, exist_ok=True)
     sf.write(cache / rel, y, SR, subtype="PCM_16")
@@ -913,10 +1077,12 @@ def _run_spoof_job(job: tuple[str, Path, list[Raw]]) -> list[Clip]:
         "lpc-vocoder": lambda: gen_lpc(pool),
         "far-field": lambda: gen_far_field(pool),
         **{c: (lambda c=c: gen_replay(pool, c)) for c in REPLAY},
+        "real-sources": gen_real_sources,
+        "bonafide-more": bonafide_more,
     }
     clips = []
     for s in makers[name]():
-        rel, ch, dur = _write(cache, f"{s.label}/{s.generator}", s.id, s.wave)
+        rel, ch, dur = _write(cache, f"{s.label}/{s.generator}", s.id, s.wave, name != "real-sources")
         clips.append(Clip(s.id, rel, s.label, s.generator, s.speaker, s.source, s.licence, 1, ch, dur))
     _save_part(cache, name, clips)
     print(f"  {name}: {len(clips)} clips", flush=True)
@@ -944,6 +1110,7 @@ def build(cache: Path, workers: int = 2, fresh: bool = False) -> list[Clip]:
     sizes["far-field"] = N_FAR_FIELD
     sizes["lpc-vocoder"] = N_LPC
     jobs = ["festival", "world", "griffin-lim", "espeak", "piper", "nii", *REPLAY, "far-field", "lpc-vocoder"]
+    jobs += ["real-sources", "bonafide-more"]
     close = [r for r in pool if not r.source.startswith("ami")]  # meeting audio is far-field already
     # Each derived generator gets its own seeded draw of sources (only those are sent to the worker).
     args = [
@@ -953,12 +1120,58 @@ def build(cache: Path, workers: int = 2, fresh: bool = False) -> list[Clip]:
     with ProcessPoolExecutor(max_workers=workers) as ex:
         for part in ex.map(_run_spoof_job, args):
             clips += part
+    clips += build_codec(cache, clips, workers)
     with open(cache / "manifest.csv", "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=[fl.name for fl in fields(Clip)])
         w.writeheader()
         for c in clips:
             w.writerow(asdict(c))
     return clips
+
+
+N_CODEC_OTHER = 1500  # codec copies of clips made here or of other bona fide (all real-source clips get one)
+
+
+def _codec_job(job: tuple[Path, list[Clip]]) -> list[Clip]:
+    cache, todo = job
+    out = []
+    for c in todo:
+        rng = rng_for("codec/" + c.id)
+        name = str(rng.choice(CODECS))
+        x, _ = sf.read(cache / c.path, dtype="float32")
+        y = np.clip(codec_chain(x, name, rng), -1, 1)
+        cid = f"codec-{c.id}"
+        rel = f"audio/codec/{c.label}/{cid}.flac"
+        (cache / rel).parent.mkdir(parents=True, exist_ok=True)
+        sf.write(cache / rel, y, SR, subtype="PCM_16")
+        out.append(replace(c, id=cid, path=rel, channel=f"{c.channel}+{name}", duration_s=y.size / SR))
+    return out
+
+
+def build_codec(cache: Path, clips: list[Clip], workers: int = 2) -> list[Clip]:
+    """Codec and channel copies (:data:`CODECS`: MP3, Opus, GSM, A-/mu-law, a narrow-band codec
+    stand-in, resampling chains, RawBoost-style noise) of every real-source clip and of a seeded
+    draw of the other trainable clips, both classes alike, so that no codec is a class cue and
+    compressed genuine speech is seen as bona fide. Part ``codec``."""
+    done = _load_part(cache, "codec")
+    if done is not None:
+        print(f"  codec: {len(done)} clips (already built)", flush=True)
+        return done
+    real = [c for c in clips if c.source in REAL_SOURCES]
+    rest = [c for c in clips if c.source not in REAL_SOURCES and c.train_ok and c.generator not in EVAL_ONLY]
+    rng = rng_for("codec-draw")
+    picked = [
+        rest[i] for i in sorted(rng.choice(len(rest), size=min(N_CODEC_OTHER, len(rest)), replace=False))
+    ]
+    todo = real + picked
+    jobs = [(cache, todo[k::workers]) for k in range(workers)]
+    out: list[Clip] = []
+    with ProcessPoolExecutor(max_workers=workers) as ex:
+        for part in ex.map(_codec_job, jobs):
+            out += part
+    _save_part(cache, "codec", out)
+    print(f"  codec: {len(out)} clips", flush=True)
+    return out
 
 
 def for_training(clips: list[Clip]) -> list[Clip]:
