@@ -57,7 +57,7 @@ from typing import Any
 import numpy as np
 import soundfile as sf
 
-from train.antispoof_data import DEFAULT_CACHE, Clip, for_training, read_manifest
+from train.antispoof_data import DEFAULT_CACHE, REAL_SOURCES, Clip, for_training, read_manifest
 from verilive.voice.antispoof import CLASSES, FCM_SECONDS, MODEL_FILE, SR, FrontEnd, features
 from verilive.voice.campplus import FCM_CHANNELS
 from verilive.voice.utterance_cues import FEATURE_NAMES, utterance_features
@@ -473,7 +473,8 @@ class TrainConfig:
     epochs: int = 60  # 20 -> 60: validation EER 6.2 -> 4.0 % (network alone, docs/antispoof.md)
     steps_per_epoch: int = 50
     batch: int = 32
-    crop: int = 200  # frames (2 s)
+    crop: int = 400  # longest training crop, frames (4 s)
+    crop_min: int = 100  # shortest (1 s): each batch draws its crop length in [crop_min, crop]
     lr: float = 2e-3
     weight_decay: float = 1e-3
     oc_weight: float = 0.0  # weight of the one-class loss (``oc_loss``); 0: none, and no fifth output
@@ -596,7 +597,8 @@ def train_net(d: Data, tr: np.ndarray, cfg: TrainConfig, seed: int, log: str = "
     net.cue_drop = 0.1
 
     def inputs(picks: np.ndarray) -> tuple[Any, ...]:
-        x = torch.from_numpy(crop_batch(d.feats, picks, cfg.crop, rng, augment=True))
+        crop = int(rng.integers(cfg.crop_min, cfg.crop + 1))
+        x = torch.from_numpy(crop_batch(d.feats, picks, crop, rng, augment=True))
         return x, torch.from_numpy(cues[picks].astype(np.float32))
 
     return fit_net(net, d, tr, cfg, rng, inputs, log)
@@ -617,13 +619,14 @@ def train_fcm_net(d: Data, tr: np.ndarray, cfg: TrainConfig, seed: int, log: str
     net = build_fcm_net(allh.mean(axis=1), allh.std(axis=1) + 1e-3, classes, oc=cfg.oc_weight > 0)
 
     def inputs(picks: np.ndarray) -> tuple[Any, ...]:
-        out = np.empty((len(picks), fcm[0].shape[0], cfg.crop), np.float32)
+        crop = int(rng.integers(cfg.crop_min, cfg.crop + 1))
+        out = np.empty((len(picks), fcm[0].shape[0], crop), np.float32)
         for k, i in enumerate(picks):
             h = fcm[i]
-            if h.shape[1] < cfg.crop:
-                h = np.tile(h, (1, -(-cfg.crop // h.shape[1])))
-            s = int(rng.integers(0, h.shape[1] - cfg.crop + 1))
-            out[k] = h[:, s : s + cfg.crop]
+            if h.shape[1] < crop:
+                h = np.tile(h, (1, -(-crop // h.shape[1])))
+            s = int(rng.integers(0, h.shape[1] - crop + 1))
+            out[k] = h[:, s : s + crop]
         return (torch.from_numpy(out),)
 
     return fit_net(net, d, tr, cfg, rng, inputs, f"{log}[front] ")
@@ -949,6 +952,7 @@ def run_lcnn(
     cache: Path, logo: bool, logo_epochs: int, write: bool, logo_only: bool = False,
     logo_seed: int = SEED + 1, members: int = MEMBERS, logo_members: int | None = None,
     cfg_oc: float = OC_WEIGHT, logo_generators: frozenset[str] = frozenset(),
+    loso: bool = True, loso_sources: frozenset[str] = frozenset(),
 ) -> None:  # fmt: skip
     import torch
 
@@ -1013,6 +1017,20 @@ def run_lcnn(
             export(model, fe, meta, OUT_MODEL)
             print(f"wrote {OUT_MODEL} ({OUT_MODEL.stat().st_size / 1024:.0f} KiB)", flush=True)
             check_export(model, d, te[:20])
+    if loso:
+        origin = np.array([origin_of(c) for c in d.clips])
+        raw = np.array([not c.id.startswith("codec-") for c in d.clips])
+        aux_bona = (origin == "") & raw & (d.lab == "bonafide") & (d.part == "test")
+        dv = variant_data(cache, d, np.flatnonzero(((origin != "") & raw) | aux_bona))
+        if not logo_only:
+            channel_table(d, dv, te, ood, lt, lo, model, out)
+        out(
+            f"## Leave-one-source-out (source never trained on; networks {LOSO_EPOCHS} and "
+            f"{LOSO_FCM_EPOCHS} epochs)\n"
+        )
+        loso_scores = run_loso(d, dv, tr, va, te, logo_seed, out, loso_sources)
+        np.savez(cache / "loso_scores.npz", ids=np.array([c.id for c in d.clips]),
+                 v_ids=np.array([c.id for c in dv.clips]), **loso_scores)  # fmt: skip
     logo_scores: dict[str, np.ndarray] = {}
     bona_te = te[d.lab[te] == "bonafide"]
     logo_members = members if logo_members is None else logo_members
@@ -1097,6 +1115,232 @@ def run_lcnn(
         write_card_tables(text)
         plot_det(d, te, lt, parse_logo_rows(text))
     print(f"total {time.time() - t0:.0f} s")
+
+
+# ------------------------------------------------------------------------------------- leave one source out
+
+LJ = "ljspeech_bonafide"
+NII = "nii_vocoded_spoof"
+# Folds of leave-one-source-out: every real-source folder, the NII vocoded clips and LJ Speech. A
+# source's EER is against its own bona fide when it has at least MIN_OWN_BONA clips of it, else
+# against the pooled bona fide of all folds, each clip scored by the fold that left its own source out.
+LOSO_SOURCES = (*REAL_SOURCES, NII, LJ)
+MIN_OWN_BONA = 5
+LOSO_EPOCHS, LOSO_FCM_EPOCHS = 10, 10
+# Variants scored in the folds: random crops of the trimmed clip in two duration bands, and the
+# telephone band and MP3 versions of the clip (channel robustness).
+BANDS = {"1-2 s": (1.0, 2.0), "2-4 s": (2.0, 4.0)}
+CHANNELS = ("telephone", "mp3")
+THRESHOLD = 0.5  # the default accept threshold on P(bona fide): log-odds 0
+
+
+def origin_of(c: Clip) -> str:
+    """The leave-one-source-out source of a clip ('' for speech made or recorded elsewhere)."""
+    if c.source in REAL_SOURCES:
+        return c.source
+    if c.source.startswith(NII):
+        return NII
+    return LJ if c.source == LJ else ""
+
+
+def _variant_worker(job: tuple[str, str, str]) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+    from train.antispoof_data import codec_chain, rng_for, telephone, trim
+
+    global _FCM_ANTI
+    from verilive.voice.antispoof import AntiSpoof
+
+    if _FCM_ANTI is None:
+        _FCM_ANTI = AntiSpoof(intra_op_threads=1)
+    path, kind, key = job
+    x, sr = sf.read(path, dtype="float32")
+    assert sr == SR
+    rng = rng_for(f"variant/{kind}/{key}")
+    if kind in BANDS:
+        lo, hi = BANDS[kind]
+        x = trim(x)
+        n = int(rng.uniform(lo, hi) * SR)
+        if x.size < int(lo * SR):
+            return None
+        start = int(rng.integers(0, max(1, x.size - n + 1)))
+        x = x[start : start + n]
+    elif kind == "telephone":
+        x = telephone(x.astype(np.float64), rng).astype(np.float32)
+    else:
+        x = codec_chain(x, "mp3", rng)
+    f = features(x).astype(np.float16)
+    if f.shape[2] < 50:
+        return None
+    return f, utterance_features(x).astype(np.float32), _FCM_ANTI.fcm_frames(x).astype(np.float16)
+
+
+def variant_data(cache: Path, d: Data, idx: np.ndarray, workers: int = 2) -> Data:
+    """Duration-band crops and channel versions of the clips ``idx`` (runtime front ends), cached
+    in ``<cache>/variants.npz``; ids ``<clip id>#<variant>``, channel = the variant."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    jobs = [(i, kind) for i in idx for kind in (*BANDS, *CHANNELS)]
+    ids = [f"{d.clips[i].id}#{k}" for i, k in jobs]
+    store = cache / "variants.npz"
+    got: list[Any] | None = None
+    if store.exists():
+        with np.load(store, allow_pickle=False) as z:
+            if list(z["ids"]) == ids:
+                ok, fo, ho, f, c, h = (z[k] for k in ("ok", "f_off", "h_off", "F", "C", "H"))
+                got = [
+                    (f[..., fo[k] : fo[k + 1]], c[k], h[:, ho[k] : ho[k + 1]]) if ok[k] else None
+                    for k in range(len(ids))
+                ]
+    if got is None:
+        t = time.time()
+        args = [(str(cache / d.clips[i].path), k, d.clips[i].id) for i, k in jobs]
+        with ProcessPoolExecutor(workers) as ex:
+            got = list(ex.map(_variant_worker, args, chunksize=8))
+        have = [g for g in got if g is not None]
+        np.savez(
+            store, ids=np.array(ids), ok=np.array([g is not None for g in got]),
+            f_off=np.cumsum([0] + [g[0].shape[2] if g else 0 for g in got]),
+            h_off=np.cumsum([0] + [g[2].shape[1] if g else 0 for g in got]),
+            F=np.concatenate([g[0] for g in have], axis=2), C=np.stack([g[1] for g in have]),
+            H=np.concatenate([g[2] for g in have], axis=1),
+        )  # fmt: skip
+        print(f"{len(have)} variants of {len(idx)} clips in {time.time() - t:.0f} s", flush=True)
+    keep = [k for k, g in enumerate(got) if g is not None]
+    clips = [replace(d.clips[jobs[k][0]], id=ids[k], channel=jobs[k][1]) for k in keep]
+    return Data(
+        clips,
+        [got[k][0] for k in keep],
+        np.array(["variant"] * len(keep)),
+        np.array([c.label for c in clips]),
+        np.array([c.generator for c in clips]),
+        {},
+        np.stack([got[k][1] for k in keep]),
+        [got[k][2] for k in keep],
+    )
+
+
+def _share(x: np.ndarray) -> str:
+    return "–" if len(x) == 0 else f"{100 * float(np.mean(x)):.1f} %"
+
+
+def channel_table(
+    d: Data, dv: Data, te: np.ndarray, ood: np.ndarray, lt: np.ndarray, lo: np.ndarray, model: Model,
+    out: Report,
+) -> None:  # fmt: skip
+    """Bona fide of the other corpora (held-out speakers; Debian speech never trained on) rejected at
+    the default threshold by the shipped model, as recorded and in telephone-band and MP3 versions."""
+    origin = np.array([origin_of(c) for c in dv.clips])
+    aux = np.flatnonzero(origin == "")
+    kinds = np.array([dv.clips[i].channel for i in aux])
+    vz = bona_logodds(model.logits(dv, aux)) if len(aux) else np.zeros(0)
+    z, zo = bona_logodds(lt), bona_logodds(lo)
+    out("## Bona fide rejected at the default threshold (shipped model; held-out speakers)\n")
+    out("| bona fide corpus | clips | as recorded | telephone band | MP3 |")
+    out("|---|---|---|---|---|")
+    for g in sorted({c.generator for c in dv.clips if origin_of(c) == ""}):
+        sel = (
+            (d.gen[te] == g)
+            & (d.lab[te] == "bonafide")
+            & np.array([not d.clips[i].id.startswith("codec-") for i in te])
+        )
+        gk = np.array([dv.clips[i].generator == g for i in aux])
+        rej = " | ".join(_share(vz[gk & (kinds == k)] < 0) for k in CHANNELS)
+        out(f"| {g} | {int(sel.sum())} | {_share(z[sel] < 0)} | {rej} |")
+    for g in sorted(set(d.gen[ood])):
+        sel = d.gen[ood] == g
+        out(f"| {g} (Debian, never trained on) | {int(sel.sum())} | {_share(zo[sel] < 0)} | – | – |")
+    out()
+
+
+def run_loso(
+    d: Data, dv: Data, tr: np.ndarray, va: np.ndarray, te: np.ndarray, seed: int, out: Report,
+    only: frozenset[str] = frozenset(),
+) -> dict[str, np.ndarray]:  # fmt: skip
+    """Leave-one-source-out: for each of :data:`LOSO_SOURCES` both networks are trained without any
+    clip of that source (its bona fide, its spoofs and their codec copies) and fused on the other
+    sources' validation clips; the source's clips as published, and their variants, are scored."""
+    origin = np.array([origin_of(c) for c in d.clips])
+    v_origin = np.array([origin_of(c) for c in dv.clips])
+    raw = np.array([not c.id.startswith("codec-") for c in d.clips])
+    lcfg = TrainConfig(epochs=LOSO_EPOCHS)
+    lfcm = replace(FCM_CFG, epochs=LOSO_FCM_EPOCHS)
+    pool = np.concatenate([tr, te])
+    score = np.full(len(d.clips), np.nan)
+    v_score = np.full(len(dv.clips), np.nan)
+    for src in LOSO_SOURCES:
+        if only and src not in only:
+            continue
+        m = train_model(d, pool[origin[pool] != src], va[origin[va] != src], lcfg, lfcm, seed, f"[-{src}] ")
+        own = np.flatnonzero((origin == src) & raw)
+        score[own] = bona_logodds(m.logits(d, own))
+        vi = np.flatnonzero(v_origin == src)
+        if len(vi):
+            v_score[vi] = bona_logodds(m.logits(dv, vi))
+        print(f"fold {src}: {len(own)} clips, {len(vi)} variants", flush=True)
+    lab, vlab = d.lab == "bonafide", dv.lab == "bonafide"
+    pooled = score[lab & ~np.isnan(score)]
+    kinds = np.array([c.channel for c in dv.clips])
+
+    def pair(src: str, s: np.ndarray, is_bona: np.ndarray, sel: np.ndarray, all_bona: np.ndarray):
+        own = s[sel & is_bona & ~np.isnan(s)]
+        spoof = s[sel & ~is_bona & ~np.isnan(s)]
+        return (own if len(own) >= MIN_OWN_BONA else all_bona), spoof, len(own) >= MIN_OWN_BONA
+
+    rows = []
+    out("| source | bona fide (own) | spoofs | EER | bona fide against | 1-2 s crops | 2-4 s crops "
+        "| > 4 s of speech | spoofs accepted at 0.5 |")  # fmt: skip
+    out("|---|---|---|---|---|---|---|---|---|")
+    long_ = np.array([c.duration_s > 4.0 for c in d.clips])
+    for src in LOSO_SOURCES:
+        if only and src not in only:
+            continue
+        sel = origin == src
+        bona, spoof, own = pair(src, score, lab, sel, pooled)
+        if len(spoof) == 0:
+            continue
+        e = eer(bona, spoof)
+        band = []
+        for k in BANDS:
+            vsel = (v_origin == src) & (kinds == k)
+            vb_all = v_score[(kinds == k) & vlab & ~np.isnan(v_score)]
+            vb, vs, _ = pair(src, v_score, vlab, vsel, vb_all)
+            band.append(eer(vb, vs) if len(vs) and len(vb) else float("nan"))
+        lb, ls, _ = pair(src, score, lab, sel & long_, pooled[pooled == pooled])
+        band.append(eer(lb, ls) if len(ls) and len(lb) else float("nan"))
+        rows.append((src, e, *band))
+        out(f"| {src} | {int(np.sum(sel & lab & raw))} | {len(spoof)} | {pct(e)} | "
+            f"{'own' if own else 'pooled'} | " + " | ".join(pct(b) for b in band)
+            + f" | {_share(spoof > 0)} |")  # fmt: skip
+    for name, f in (("mean", np.nanmean), ("worst", np.nanmax)):
+        out(f"| **{name}** | | | **{pct(float(f([r[1] for r in rows])))}** | | "
+            + " | ".join(pct(float(f([r[k] for r in rows]))) for k in (2, 3, 4)) + " | |")  # fmt: skip
+    out()
+    out("Per generator (each against its source's bona fide as above):\n")
+    out("| source | generator | class | clips | EER | accepted at 0.5 |")
+    out("|---|---|---|---|---|---|")
+    for src in LOSO_SOURCES:
+        sel = origin == src
+        bona, _, own = pair(src, score, lab, sel, pooled)
+        for g in sorted(set(d.gen[sel & ~lab])):
+            s = score[sel & (d.gen == g) & raw]
+            s = s[~np.isnan(s)]
+            if len(s):
+                out(f"| {src} | {g.split('/')[-1]} | {d.lab[sel & (d.gen == g)][0]} | {len(s)} | "
+                    f"{pct(eer(bona, s))} | {_share(s > 0)} |")  # fmt: skip
+    out()
+    out("Bona fide rejected at the default threshold (P(bona fide) < 0.5), each clip scored by the fold "
+        "that left its source out:\n")  # fmt: skip
+    out("| bona fide source | clips | as published | telephone band | MP3 |")
+    out("|---|---|---|---|---|")
+    for src in LOSO_SOURCES:
+        b = score[(origin == src) & lab & raw]
+        b = b[~np.isnan(b)]
+        if len(b) == 0:
+            continue
+        ch = [v_score[(v_origin == src) & vlab & (kinds == k)] for k in CHANNELS]
+        rej = " | ".join(_share(c[~np.isnan(c)] < 0) for c in ch)
+        out(f"| {src} | {len(b)} | {_share(b < 0)} | {rej} |")
+    out()
+    return {"score": score, "v_score": v_score, "origin": origin, "v_origin": v_origin, "kinds": kinds}
 
 
 def write_card_tables(text: str) -> None:
@@ -1289,13 +1533,16 @@ def main() -> None:
     ap.add_argument("--gmm-baseline", action="store_true", help="only the LFCC-GMM baseline (in-domain)")
     ap.add_argument("--oc-weight", type=float, default=OC_WEIGHT, help="weight of the one-class loss")
     ap.add_argument("--logo-generators", default="", help="comma-separated: only these folds (a probe)")
+    ap.add_argument("--logo", action="store_true", help="also leave-one-generator-out (the older protocol)")
+    ap.add_argument("--no-loso", action="store_true", help="skip leave-one-source-out")
+    ap.add_argument("--loso-sources", default="", help="comma-separated: only these folds (a probe)")
     args = ap.parse_args()
     if args.gmm_baseline:
         run_gmm_baseline(args.cache)
     else:
         run_lcnn(
             args.cache,
-            not args.no_logo,
+            args.logo and not args.no_logo,
             args.logo_epochs,
             args.write,
             args.logo_only,
@@ -1304,6 +1551,8 @@ def main() -> None:
             args.logo_members,
             args.oc_weight,
             frozenset(g for g in args.logo_generators.split(",") if g),
+            not args.no_loso,
+            frozenset(g for g in args.loso_sources.split(",") if g),
         )
 
 
