@@ -889,6 +889,18 @@ def member_models(d: Data, va: np.ndarray, m: Model) -> list[Model]:
     return [fused_model(d, va, n, f, m.fcm_linear) for n, f in pairs]
 
 
+CHECK_SEED, CHECK_FRAMES = 20261124, 150
+
+
+def check_input(bins: int, seed: int = CHECK_SEED, frames: int = CHECK_FRAMES) -> tuple[np.ndarray, ...]:
+    """A fixed model input (spectrogram-like features, cues, front output), float32, batch of one."""
+    rng = np.random.default_rng(seed)
+    x = np.stack([rng.normal(-40, 15, (bins, frames)), np.tanh(rng.normal(0, 1, (bins, frames)))])
+    c = rng.normal(0, 1, (1, len(FEATURE_NAMES)))
+    h = rng.normal(0, 1, (1, FCM_CHANNELS, frames))
+    return x[None].astype(np.float32), c.astype(np.float32), h.astype(np.float32)
+
+
 def export(model: Model, fe: FrontEnd, meta: dict[str, Any], path: Path) -> None:
     import onnx
     import torch
@@ -933,6 +945,11 @@ def export(model: Model, fe: FrontEnd, meta: dict[str, Any], path: Path) -> None
             return torch.cat([self.bona(odds), attack], dim=1)
 
     fused = Fused().eval()
+    # the trained graph's answer to a fixed input, kept with the model: a test checks the ONNX file
+    # against it (tests/test_antispoof.py)
+    with torch.no_grad():
+        ref = fused(*(torch.from_numpy(a) for a in check_input(fe.bins)))
+    meta = {**meta, "check": {"seed": CHECK_SEED, "frames": CHECK_FRAMES, "logits": ref[0].tolist()}}
     x = torch.zeros(1, 2, fe.bins, 300)
     c = torch.zeros(1, len(FEATURE_NAMES))
     h = torch.zeros(1, FCM_CHANNELS, 300)
@@ -1015,6 +1032,7 @@ def run_lcnn(
                 "test_speakers": sorted(s for s, p in d.split.items() if p == "test"),
             }  # fmt: skip
             export(model, fe, meta, OUT_MODEL)
+            torch.save({"net": model.net, "fcm_net": model.fcm_net}, cache / "model_nets.pt")
             print(f"wrote {OUT_MODEL} ({OUT_MODEL.stat().st_size / 1024:.0f} KiB)", flush=True)
             check_export(model, d, te[:20])
     if loso:
@@ -1135,12 +1153,14 @@ THRESHOLD = 0.5  # the default accept threshold on P(bona fide): log-odds 0
 
 
 def origin_of(c: Clip) -> str:
-    """The leave-one-source-out source of a clip ('' for speech made or recorded elsewhere)."""
+    """The leave-one-source-out source of a clip ('' for speech made or recorded elsewhere). Spoofs
+    made here from LJ Speech or from the NII recordings (WORLD, Griffin-Lim, replay, far field)
+    belong to that source too: its fold must not train on its speakers' speech in any form."""
     if c.source in REAL_SOURCES:
         return c.source
-    if c.source.startswith(NII):
+    if c.source.startswith(NII) or c.speaker.startswith("arctic-") or c.speaker == "nii-11463":
         return NII
-    return LJ if c.source == LJ else ""
+    return LJ if c.source == LJ or c.speaker == "lj" else ""
 
 
 def _variant_worker(job: tuple[str, str, str]) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:

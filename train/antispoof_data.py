@@ -904,16 +904,16 @@ def slug(s: str) -> str:
 
 
 def group_key(folder: str, row: dict[str, str]) -> str:
-    """Split group of a real-source clip: its speaker when known, else the set/prompt number in the
-    file name, so that a ground-truth recording and the spoofs made of it fall on one side."""
+    """Split group of a real-source clip: its speaker when known; else the ``setNN`` of the file
+    name (spoof_mobilespeech), else the page section the file sits in (the part of the name before
+    its last ``__``: spoof_vstts' prompts and the outputs made from them), so that a ground-truth
+    recording and the spoofs made of it fall on one side of a split."""
     if row["speaker_if_known"]:
         return f"{folder}:{slug(row['speaker_if_known'])}"
     stem = Path(row["file"]).stem
-    for tag in ("set", "prompt"):
-        if tag in stem:
-            digits = "".join(ch for ch in stem.split(tag, 1)[1][:3] if ch.isdigit())
-            return f"{folder}:{tag}{digits}"
-    return f"{folder}:{slug(stem)}"
+    if stem.startswith("set") and stem[3:5].isdigit():
+        return f"{folder}:{stem[:5]}"
+    return f"{folder}:{slug(stem.rsplit('__', 1)[0])}"
 
 
 def gen_real_sources() -> list[Spoof]:
