@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -32,11 +33,18 @@ from eval.metrics import bootstrap_eer, det_curve, eer, rates_at
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 OUT_PNG = DOCS / "antispoof_eval_det.png"
-CHANNELS = ("clean wideband", "added noise", "telephone band")
+CHANNELS = ("clean wideband", "added noise", "telephone band", "codec copy", "real source as published")
+SHORT = (1.0, 2.0)  # seconds: the short-clip band, cut from the trimmed held-out clips
 
 
 def channel_group(channel: str) -> str:
-    """The finishing of a clip (train/antispoof_data.py) in three groups."""
+    """The finishing of a clip (train/antispoof_data.py) in five groups."""
+    from train.antispoof_data import CODECS
+
+    if channel.split("+")[-1] in CODECS:
+        return "codec copy"
+    if channel == "as-published":
+        return "real source as published"
     if channel.startswith("tel"):
         return "telephone band"
     if channel.startswith("noise"):
@@ -176,6 +184,8 @@ def main() -> None:
             most = CLASSES[1 + int(np.argmax([rej.count(c) for c in CLASSES[1:]]))] if rej else "-"
             print(f"  {g:<14} accepted: {acc}  ({mg.sum()} clips; rejected ones taken for {most})")
 
+    short_clips(anti, args.cache, [c for c in chosen if part_of[c.id] == "test"])
+
     ood = [r for r in judged if r[0] == "ood"]
     print("\nUnseen-domain bona fide (never trained on):")
     for g in sorted({r[2] for r in ood}):
@@ -222,6 +232,39 @@ def main() -> None:
         fig.tight_layout()
         fig.savefig(OUT_PNG, dpi=100)
         print(f"\nwrote {OUT_PNG}")
+
+
+def short_clips(anti: Any, cache: Path, clips: list[Any]) -> None:
+    """1.0-2.0 s crops of the held-out clips (one each, seeded, from the trimmed clip) through
+    ``AntiSpoof.evaluate``: how many are declined, and the EER of the judged ones."""
+    import soundfile as sf
+    from train.antispoof_data import rng_for, trim
+
+    from verilive.audio import Audio
+
+    scores, labels, declined = [], [], {"bonafide": [0, 0], "spoof": [0, 0]}
+    for c in clips:
+        x, _ = sf.read(cache / c.path, dtype="float32")
+        x = trim(x)
+        rng = rng_for(f"short/{c.id}")
+        n = int(rng.uniform(*SHORT) * 16000)
+        if x.size < int(SHORT[0] * 16000):
+            continue
+        start = int(rng.integers(0, max(1, x.size - n + 1)))
+        r = anti.evaluate(Audio(x[start : start + n, None], 16000))
+        kind = "bonafide" if c.label == "bonafide" else "spoof"
+        declined[kind][1] += 1
+        if r.score is None:
+            declined[kind][0] += 1
+            continue
+        scores.append(r.score)
+        labels.append(kind == "bonafide")
+    p, y = np.array(scores, float), np.array(labels, bool)
+    s = np.log(np.clip(p, 1e-12, 1)) - np.log(np.clip(1 - p, 1e-12, 1))
+    print(f"\nShort clips ({SHORT[0]:g}-{SHORT[1]:g} s crops of the held-out clips, end to end; in-domain):")
+    for kind, (k, n) in declined.items():
+        print(f"  {kind:<9} declined {k}/{n} ({k / max(n, 1):.1%})")
+    print(f"  EER of the judged crops {eer(s, y)[0]:6.2%}  ({y.sum()} bona fide, {(~y).sum()} spoof)")
 
 
 if __name__ == "__main__":
