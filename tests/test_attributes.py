@@ -134,13 +134,13 @@ def test_gender_on_audiomnist_clips(estimator: AttributesEstimator, shared_dir: 
     assert correct >= MIN_AUDIOMNIST_CORRECT
 
 
-def test_attributes_shape_and_age_is_not_estimated(estimator: AttributesEstimator, shared_dir: Path) -> None:
+def test_attributes_shape_and_adult_age_is_null(estimator: AttributesEstimator, shared_dir: Path) -> None:
     labels = _libri_labels(shared_dir)
     file, _ = labels[_model_json()["training"]["test_speakers_excluded"][0]]
     audio = _read(shared_dir / LIBRI / file)
     attrs = estimator.estimate(audio)
     assert isinstance(attrs, Attributes)
-    assert attrs.age is None
+    assert attrs.age is None  # an adult reader: the age model answers young children only (tests/test_age.py)
     assert attrs.phoneCallParticipant is PhoneCallParticipant.UNDEFINED
     assert np.isfinite(attrs.genderScore) and 0.5 <= attrs.genderScore <= 1.0
     # genderScore is the probability of the returned gender, read from the TEL embedding even

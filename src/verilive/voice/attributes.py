@@ -5,8 +5,10 @@
   the input's rate), parameters in ``gender_model.json`` fitted by ``python -m train.gender``
   (model card: docs/model-gender.md). ``genderScore`` is the probability of the *returned*
   gender, so it is always in [0.5, 1].
-- **age**: not estimated (``None``): no age-labelled speech that the project may train on was
-  found (docs/model-gender.md, "Age").
+- **age**: ``verilive.voice.age.AgeModel`` (model card: docs/model-age.md) on the CAM++ unit
+  embedding of the speech through the age model's channel (MIC): whole years for a voice the
+  model judges to be a young child, ``None`` otherwise (adults, too little speech, narrowband
+  input). ``None`` means "not judged", not "adult".
 - **phoneCallParticipant**: the speech's template matched against the operator and customer
   templates given to the estimator, with the engine's calibrated match probability.
 
@@ -17,7 +19,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from importlib.resources import files
 from typing import Any
@@ -25,8 +27,9 @@ from typing import Any
 import numpy as np
 
 from verilive.audio import Audio
+from verilive.voice.age import AgeModel
 from verilive.voice.channel import resolve_channel
-from verilive.voice.engine import VoiceEngine
+from verilive.voice.engine import SpeechAnalysis, VoiceEngine
 from verilive.voice.schemas import Attributes, ChannelType, Gender, PhoneCallParticipant
 from verilive.voice.templates import VoiceTemplate, cosine, require_same_space
 
@@ -111,14 +114,17 @@ class AttributesEstimator:
         operator_templates: Iterable[VoiceTemplate] = (),
         customer_templates: Iterable[VoiceTemplate] = (),
         gender_model: GenderModel | None = None,
+        age_model: AgeModel | None = None,
     ) -> None:
         self.engine = engine
         self.gender_model = gender_model or GenderModel.packaged()
-        if self.gender_model.init_data_id != engine.init_data_id:
-            raise ValueError(
-                f"gender model was fitted on '{self.gender_model.init_data_id}' embeddings, "
-                f"the engine makes '{engine.init_data_id}'"
-            )
+        self.age_model = age_model or AgeModel.packaged()
+        for what, model in (("gender", self.gender_model), ("age", self.age_model)):
+            if model.init_data_id != engine.init_data_id:
+                raise ValueError(
+                    f"{what} model was fitted on '{model.init_data_id}' embeddings, "
+                    f"the engine makes '{engine.init_data_id}'"
+                )
         self.operator_templates = tuple(operator_templates)
         self.customer_templates = tuple(customer_templates)
         enrolled = self.operator_templates + self.customer_templates
@@ -128,23 +134,33 @@ class AttributesEstimator:
     def estimate(self, audio: Audio) -> Attributes:
         """Attributes of the speech in ``audio``; raises ``NoSpeech`` when there is none.
 
-        One VAD pass. Gender reads the speech's embedding through the model's channel (TEL);
-        the participant match uses the template the engine makes for this audio by default
-        (TEL at ≤ 8 kHz, MIC above; docs/voice.md), computed only when templates are enrolled."""
+        One VAD pass, and one CAM++ pass per channel needed, each made once and shared: gender
+        reads the speech's embedding through its model's channel (TEL); age through its model's
+        (MIC), only when the input can be judged at all (enough speech, wideband); the
+        participant match uses the template the engine makes for this audio by default (TEL at
+        ≤ 8 kHz, MIC above; docs/voice.md), only when templates are enrolled."""
         analysis = self.engine.analyse(audio)
-        model_channel = self.gender_model.channel
-        for_gender = self.engine.create_template(audio, model_channel, analysis=analysis)  # NoSpeech
-        gender, score = self.gender_model.predict(for_gender.unit())
+        templates: dict[ChannelType, VoiceTemplate] = {}
+
+        def template(channel: ChannelType) -> VoiceTemplate:
+            if channel not in templates:
+                templates[channel] = self.engine.create_template(audio, channel, analysis=analysis)
+            return templates[channel]
+
+        gender, score = self.gender_model.predict(template(self.gender_model.channel).unit())  # NoSpeech
+        age = self.age(analysis, template)
         participant = PhoneCallParticipant.UNDEFINED
         if self.operator_templates or self.customer_templates:
-            channel = resolve_channel(None, analysis.sample_rate)
-            probe = (
-                for_gender
-                if channel is model_channel
-                else self.engine.create_template(audio, channel, analysis=analysis)
-            )
-            participant = self.participant(probe)
-        return Attributes(genderScore=score, gender=gender, age=None, phoneCallParticipant=participant)
+            participant = self.participant(template(resolve_channel(None, analysis.sample_rate)))
+        return Attributes(genderScore=score, gender=gender, age=age, phoneCallParticipant=participant)
+
+    def age(self, analysis: SpeechAnalysis, template: Callable[[ChannelType], VoiceTemplate]) -> int | None:
+        """The age model's answer for the analysed speech (docs/model-age.md); ``template(channel)``
+        gives the speech's template through a channel, and is called only for judgeable input."""
+        model = self.age_model
+        if not model.judgeable(analysis.speech_ms, analysis.sample_rate):
+            return None
+        return model.estimate(template(model.channel).unit(), analysis.speech_ms, analysis.sample_rate)
 
     def participant(self, template: VoiceTemplate) -> PhoneCallParticipant:
         """UNDEFINED without enrolled templates; else the role whose best calibrated match
