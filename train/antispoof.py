@@ -3,8 +3,9 @@
     .venv/bin/python -m train.antispoof_data                 # build the clips once (~20 min)
     .venv/bin/python -m train.antispoof --write              # train, measure, write model + docs
     .venv/bin/python -m train.antispoof --gmm-baseline       # the LFCC-GMM baseline, for comparison
-    options: --cache DIR, --no-logo (skip leave-one-generator-out), --logo-only (only that, for the
-    model already written), --logo-epochs N, --logo-seed N (another seed for the fold trainings),
+    options: --cache DIR, --no-loso (skip leave-one-source-out), --loso-sources A,B (only these
+    folds), --logo (also leave-one-generator-out), --logo-only (only the folds, for the model
+    already written), --logo-epochs N, --logo-seed N (another seed for the fold trainings),
     --members N (each network the average of N seeds; shipped: 1), --logo-members N (the same in
     the folds; default: --members), --oc-weight W (a one-class loss on both networks' embeddings,
     its scores as two more experts; tried, not shipped: docs/antispoof.md), --logo-generators
@@ -19,7 +20,7 @@ non-determinism of multi-threaded CPU kernels, the same numbers):
    bona fide (Asterisk, KLettres) is never trained on (licence) and is an unseen-domain test set.
    One training speaker in six is set aside for validation (calibration). The generators of
    ``antispoof_data.EVAL_ONLY`` are left out entirely (``eval/antispoof.py`` scores them).
-2. The network on the runtime front end (``verilive.voice.antispoof.features``, 2 s random crops,
+2. The network on the runtime front end (``verilive.voice.antispoof.features``, 1-4 s random crops,
    SpecAugment masks) and the runtime utterance cues (``verilive.voice.utterance_cues``, whole
    clip, cached in ``<cache>/cues.npz``), class-balanced sampling, one output per generator
    family (``subclass_of``). Beside it, a small network on the frozen CAM++ front output
@@ -31,9 +32,13 @@ non-determinism of multi-threaded CPU kernels, the same numbers):
    log-probabilities (``Fusion``); everything is folded into one exported graph.
 3. In-domain EER on the held-out speakers (whole clips), per class and per generator; rejection of
    the unseen-domain bona fide.
-4. Leave-one-generator-out: for each spoof generator both networks are trained without it (fewer
-   epochs) and fused on the validation clips without it, and all its clips are scored against the
-   held-out bona fide.
+4. Leave-one-source-out (the figure that counts; ``run_loso``): for each real source (a whole
+   ``shared/data/voice`` folder of another lab, ``LOSO_SOURCES``) both networks and the regression
+   are trained without any clip of it (fewer epochs) and fused on the other sources' validation
+   clips; its clips as published are scored against its own bona fide (or the pooled out-of-fold
+   bona fide), with 1-2 s and 2-4 s crops and telephone-band and MP3 versions (``variant_data``).
+   The fold scores go to ``<cache>/loso_scores.npz`` (``eval/antispoof_loso.py`` reads them).
+   ``--logo`` adds the older leave-one-generator-out over the generators made here.
 5. ``--write``: src/verilive/voice/antispoof_model.onnx, docs/antispoof_det.png, and the result
    tables into docs/antispoof.md (between its result markers) and ``<cache>/results.md``.
 
@@ -605,7 +610,7 @@ def train_net(d: Data, tr: np.ndarray, cfg: TrainConfig, seed: int, log: str = "
 
 
 def train_fcm_net(d: Data, tr: np.ndarray, cfg: TrainConfig, seed: int, log: str = "") -> Any:
-    """The network on the CAM++ front output: random 2 s crops, no masking (the front module is
+    """The network on the CAM++ front output: random 1-4 s crops, no masking (the front module is
     frozen, so the crops are the only augmentation)."""
     import torch
 
@@ -989,13 +994,21 @@ def run_lcnn(
         from verilive.voice.antispoof import AntiSpoof
 
         shipped = AntiSpoof(OUT_MODEL)
-        fcm = d.fcm
-        lt = np.stack(
-            [shipped.logits(d.feats[i].astype(np.float32), d.cues[i], fcm[i].astype(np.float32)) for i in te]
-        )
+
+        def scorer(dd: Data, idx: np.ndarray) -> np.ndarray:
+            assert dd.cues is not None and dd.fcm is not None
+            return np.stack(
+                [
+                    shipped.logits(dd.feats[i].astype(np.float32), dd.cues[i], dd.fcm[i].astype(np.float32))
+                    for i in idx
+                ]
+            )
+
+        lt, lo = scorer(d, te), scorer(d, ood)
     else:
         model = train_model(d, tr, va, cfg, replace(FCM_CFG, oc_weight=cfg_oc), SEED, members=members)
         lt, lo = model.logits(d, te), model.logits(d, ood)
+        scorer = model.logits
         out(f"## In-domain EER (held-out speakers; score = calibrated P(bona fide)); {cfg.epochs} epochs\n")
         in_domain_tables(d, te, lt, out)
         bona = d.lab[te] == "bonafide"
@@ -1032,7 +1045,10 @@ def run_lcnn(
                 "test_speakers": sorted(s for s, p in d.split.items() if p == "test"),
             }  # fmt: skip
             export(model, fe, meta, OUT_MODEL)
-            torch.save({"net": model.net, "fcm_net": model.fcm_net}, cache / "model_nets.pt")
+            torch.save(
+                {"net": model.net.state_dict(), "fcm_net": model.fcm_net.state_dict()},
+                cache / "model_nets.pt",
+            )
             print(f"wrote {OUT_MODEL} ({OUT_MODEL.stat().st_size / 1024:.0f} KiB)", flush=True)
             check_export(model, d, te[:20])
     if loso:
@@ -1040,8 +1056,7 @@ def run_lcnn(
         raw = np.array([not c.id.startswith("codec-") for c in d.clips])
         aux_bona = (origin == "") & raw & (d.lab == "bonafide") & (d.part == "test")
         dv = variant_data(cache, d, np.flatnonzero(((origin != "") & raw) | aux_bona))
-        if not logo_only:
-            channel_table(d, dv, te, ood, lt, lo, model, out)
+        channel_table(d, dv, te, ood, lt, lo, scorer, out)
         out(
             f"## Leave-one-source-out (source never trained on; networks {LOSO_EPOCHS} and "
             f"{LOSO_FCM_EPOCHS} epochs)\n"
@@ -1128,7 +1143,7 @@ def run_lcnn(
         text = "\n".join(out.lines) + "\n"
         tables = cache / "results.md"
         if logo_only and tables.exists():
-            text = tables.read_text().split("## Leave-one-generator-out")[0] + text
+            text = tables.read_text().split(POST_MAIN)[0] + text
         tables.write_text(text)
         write_card_tables(text)
         plot_det(d, te, lt, parse_logo_rows(text))
@@ -1242,18 +1257,21 @@ def _share(x: np.ndarray) -> str:
     return "–" if len(x) == 0 else f"{100 * float(np.mean(x)):.1f} %"
 
 
+POST_MAIN = "## Bona fide rejected at the default threshold"  # the first heading after the main model's
+
+
 def channel_table(
-    d: Data, dv: Data, te: np.ndarray, ood: np.ndarray, lt: np.ndarray, lo: np.ndarray, model: Model,
-    out: Report,
+    d: Data, dv: Data, te: np.ndarray, ood: np.ndarray, lt: np.ndarray, lo: np.ndarray,
+    scorer: Callable[[Data, np.ndarray], np.ndarray], out: Report,
 ) -> None:  # fmt: skip
     """Bona fide of the other corpora (held-out speakers; Debian speech never trained on) rejected at
     the default threshold by the shipped model, as recorded and in telephone-band and MP3 versions."""
     origin = np.array([origin_of(c) for c in dv.clips])
     aux = np.flatnonzero(origin == "")
     kinds = np.array([dv.clips[i].channel for i in aux])
-    vz = bona_logodds(model.logits(dv, aux)) if len(aux) else np.zeros(0)
+    vz = bona_logodds(scorer(dv, aux)) if len(aux) else np.zeros(0)
     z, zo = bona_logodds(lt), bona_logodds(lo)
-    out("## Bona fide rejected at the default threshold (shipped model; held-out speakers)\n")
+    out(f"{POST_MAIN} (shipped model; held-out speakers)\n")
     out("| bona fide corpus | clips | as recorded | telephone band | MP3 |")
     out("|---|---|---|---|---|")
     for g in sorted({c.generator for c in dv.clips if origin_of(c) == ""}):
@@ -1286,12 +1304,18 @@ def run_loso(
     pool = np.concatenate([tr, te])
     score = np.full(len(d.clips), np.nan)
     v_score = np.full(len(dv.clips), np.nan)
+    branch_scores: np.ndarray | None = None
     for src in LOSO_SOURCES:
         if only and src not in only:
             continue
         m = train_model(d, pool[origin[pool] != src], va[origin[va] != src], lcfg, lfcm, seed, f"[-{src}] ")
         own = np.flatnonzero((origin == src) & raw)
         score[own] = bona_logodds(m.logits(d, own))
+        # each branch alone and the other fusion rules (ALTERNATIVES), for choosing a rule by this table
+        alts = m.alternatives(d, va[origin[va] != src], own)
+        if branch_scores is None:
+            branch_scores = np.full((len(alts), len(d.clips)), np.nan)
+        branch_scores[:, own] = np.stack([bona_logodds(z) for z in alts])
         vi = np.flatnonzero(v_origin == src)
         if len(vi):
             v_score[vi] = bona_logodds(m.logits(dv, vi))
@@ -1307,7 +1331,7 @@ def run_loso(
 
     rows = []
     out("| source | bona fide (own) | spoofs | EER | bona fide against | 1-2 s crops | 2-4 s crops "
-        "| > 4 s of speech | spoofs accepted at 0.5 |")  # fmt: skip
+        "| clips > 4 s | spoofs accepted at 0.5 |")  # fmt: skip
     out("|---|---|---|---|---|---|---|---|---|")
     long_ = np.array([c.duration_s > 4.0 for c in d.clips])
     for src in LOSO_SOURCES:
@@ -1360,7 +1384,20 @@ def run_loso(
         rej = " | ".join(_share(c[~np.isnan(c)] < 0) for c in ch)
         out(f"| {src} | {len(b)} | {_share(b < 0)} | {rej} |")
     out()
-    return {"score": score, "v_score": v_score, "origin": origin, "v_origin": v_origin, "kinds": kinds}
+    if branch_scores is not None:
+        out("Each branch alone and other fusion rules in the same folds (mean / worst source EER):\n")
+        for name, z in zip(alternative_names(len(branch_scores)), branch_scores, strict=True):
+            es = []
+            for src in LOSO_SOURCES:
+                bona, spoof, _ = pair(src, z, lab, origin == src, z[lab & ~np.isnan(z)])
+                if len(spoof):
+                    es.append(eer(bona, spoof))
+            out(f"* {name}: {pct(float(np.mean(es)))} / {pct(float(np.max(es)))}")
+        out()
+    return {
+        "score": score, "v_score": v_score, "origin": origin, "v_origin": v_origin, "kinds": kinds,
+        "branches": np.zeros((0, len(score))) if branch_scores is None else branch_scores,
+    }  # fmt: skip
 
 
 def write_card_tables(text: str) -> None:
