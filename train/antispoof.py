@@ -63,7 +63,7 @@ import numpy as np
 import soundfile as sf
 
 from train.antispoof_data import DEFAULT_CACHE, REAL_SOURCES, Clip, for_training, read_manifest
-from verilive.voice.antispoof import CLASSES, FCM_SECONDS, MODEL_FILE, SR, FrontEnd, features
+from verilive.voice.antispoof import CLASSES, FCM_SECONDS, MODEL_FILE, SR, FrontEnd, as_pcm16, features
 from verilive.voice.campplus import FCM_CHANNELS
 from verilive.voice.utterance_cues import FEATURE_NAMES, utterance_features
 
@@ -1202,6 +1202,7 @@ def _variant_worker(job: tuple[str, str, str]) -> tuple[np.ndarray, np.ndarray, 
         x = telephone(x.astype(np.float64), rng).astype(np.float32)
     else:
         x = codec_chain(x, "mp3", rng)
+    x = as_pcm16(x)  # as the runtime does, and as the training clips are stored
     f = features(x).astype(np.float16)
     if f.shape[2] < 50:
         return None
@@ -1593,7 +1594,16 @@ def main() -> None:
     ap.add_argument("--logo", action="store_true", help="also leave-one-generator-out (the older protocol)")
     ap.add_argument("--no-loso", action="store_true", help="skip leave-one-source-out")
     ap.add_argument("--loso-sources", default="", help="comma-separated: only these folds (a probe)")
+    ap.add_argument(
+        "--candidate", type=Path, default=None,
+        help="with --write: write the model, plot and card tables into this folder, not the repository",
+    )  # fmt: skip
     args = ap.parse_args()
+    if args.candidate is not None:  # a recipe under comparison: nothing in the repository changes
+        global OUT_MODEL, OUT_DET, OUT_CARD
+        args.candidate.mkdir(parents=True, exist_ok=True)
+        OUT_MODEL, OUT_DET = args.candidate / MODEL_FILE, args.candidate / OUT_DET.name
+        OUT_CARD = args.candidate / OUT_CARD.name
     if args.gmm_baseline:
         run_gmm_baseline(args.cache)
     else:
