@@ -34,7 +34,7 @@ Classes and generators
 * more bona fide (``bonafide-more``): speechocean762 (Apache-2.0) and Common Voice es-MX (CC0, MP3).
 * codec copies (``codec``): every real-source clip and a seeded draw of 1,500 other clips, both
   classes, through one channel of ``CODECS`` (MP3, Opus, GSM, A-/mu-law, a narrow-band codec
-  stand-in, resampling chains, RawBoost-style noise, a room).
+  stand-in, resampling chains, RawBoost-style noise).
 
 Every clip (all classes) then goes through the same "finishing": a random level, with some
 probability a low noise floor, a telephone channel (8 kHz, mu-law) or additive noise, so that level,
@@ -56,7 +56,6 @@ import zlib
 from collections.abc import Callable, Iterator
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import asdict, dataclass, fields, replace
-from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -971,16 +970,7 @@ def bonafide_more() -> list[Spoof]:
 
 # ------------------------------------------------------------------------------------- codecs
 
-CODECS = ("mp3", "opus", "gsm", "alaw", "ulaw", "amr-band", "resample", "rawboost", "room")
-# Rooms of the "room" channel: a talker or a loudspeaker 0.5-3 m from the microphone, RT60 0.2-0.9 s,
-# image-source RIRs (pyroomacoustics), both classes alike: a room is no class cue on its own.
-CODEC_ROOMS = dict(rt60=(0.2, 0.9), size=(3.0, 8.0), distance=(0.5, 3.0))
-N_CODEC_ROOMS = 60
-
-
-@lru_cache(maxsize=1)
-def codec_rooms() -> tuple[np.ndarray, ...]:
-    return tuple(room_rirs("codec-room", N_CODEC_ROOMS, CODEC_ROOMS))
+CODECS = ("mp3", "opus", "gsm", "alaw", "ulaw", "amr-band", "resample", "rawboost")
 
 
 def _roundtrip(x: np.ndarray, sr: int, **kw: Any) -> np.ndarray:
@@ -1039,10 +1029,6 @@ def codec_chain(x: np.ndarray, name: str, rng: np.random.Generator) -> np.ndarra
             return (z + rng.normal(0, 10 ** (-rng.uniform(45, 60) / 20), z.size)).astype(np.float32)
 
         y = _at(x, 8000, narrow)
-    elif name == "room":
-        rirs = codec_rooms()
-        y = signal.fftconvolve(x.astype(np.float64), rirs[int(rng.integers(len(rirs)))])[: x.size]
-        y = (y / (np.max(np.abs(y)) + 1e-9) * np.max(np.abs(x))).astype(np.float32)
     elif name == "resample":
         sr = int(rng.choice([8000, 11025, 22050, 44100, 12000]))
         y = _at(x, sr, lambda z: z)
