@@ -203,7 +203,7 @@ def onnx_model(tmp_path: Path) -> Path:
 
 def test_packaged_manifest() -> None:
     m = default_manifest()
-    assert m.ids == ["silero_vad", "centerface", "campplus", "minifasnet_v2", "minifasnet_v1se"]
+    assert m.ids == ["silero_vad", "centerface", "campplus", "minifasnet_v2", "minifasnet_v1se", "hyperfas"]
     cam = m.get("campplus")
     assert cam.sha256 == "92f29b94e6948786a26778c9e302525d185bb08c8b9f5252ed98776902840199"
     assert cam.convert is not None and cam.check is not None and cam.licence == "Apache-2.0"
@@ -217,6 +217,12 @@ def test_packaged_manifest() -> None:
     assert all(o.expected for o in vad.check.outputs + cf.check.outputs)
     # Runtime hint: Silero VAD makes ~31 tiny sequential calls per second of audio; one thread is faster.
     assert vad.intra_op_threads == 1 and cam.intra_op_threads is None and cf.intra_op_threads == 1
+    hf = m.get("hyperfas")
+    assert hf.sha256 == "db3014e5c16ad4535ea106f3f7572fb250d6753b28970140c3feec4ef8b8b6bd"
+    assert hf.source.kind == "url" and "da55c0201072a3b9b45da6d944d1306cd5f0aaff" in hf.source.url
+    # The mirror keeps the file under the owner-prefixed name, the download is renamed to match.
+    assert hf.source.filename == "hyperfas_fas.h5" and hf.licence == "BSD-3-Clause"
+    assert hf.convert == "verilive.models.convert.hyperfas:convert" and hf.intra_op_threads == 1
     with pytest.raises(ModelError, match="Unknown model"):
         m.get("nope")
 
@@ -656,7 +662,7 @@ def test_spinning_setting(
 @pytest.mark.skipif(not REAL_MIRROR.is_dir(), reason="shared model mirror not present")
 def test_real_models_from_mirror(models_dir: Path, no_upstream: None) -> None:
     store = ModelStore(models_dir, mirror=REAL_MIRROR, allow_upstream=False)
-    for mid in ("silero_vad", "centerface", "campplus", "minifasnet_v2", "minifasnet_v1se"):
+    for mid in ("silero_vad", "centerface", "campplus", "minifasnet_v2", "minifasnet_v1se", "hyperfas"):
         res = store.pull(mid)  # runs the packaged check vector (and the conversion for campplus)
         assert res.origin == "mirror"
         assert store.verify(mid).source_sha256 == store.spec(mid).sha256
