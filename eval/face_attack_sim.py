@@ -13,6 +13,10 @@ glare, colour cast, defocus), not the full physics of a print or a display.
   screen border and device frame, a specular glare blob, recapture blur and JPEG.
 * :func:`camera_augment` -- mild changes a real camera makes to a bona fide photo (JPEG quality,
   brightness, slight blur, a 640-pixel frame), for the bona fide side.
+* :func:`paper_mask_attack`, :func:`cutout_attack`, :func:`mannequin_attack` -- a printed face worn
+  as a paper mask over another photograph's head (at its pose; eye holes, a nose fold, a cut edge and
+  its shadow, gloss), cut out and held up by a hand, or on a bald mannequin head. Their print look
+  (:class:`PaperLook`) is measured on real prints (train.face_pad_data), not guessed.
 
 Every function takes a BGR uint8 image and a :class:`numpy.random.Generator` and returns a BGR
 uint8 image plus a short description of the random choices made.
@@ -20,15 +24,23 @@ uint8 image plus a short description of the random choices made.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import cv2
 import numpy as np
 
 __all__ = [
+    "DEFAULT_LOOK",
     "FRAME_LONG",
     "FRAME_SHORT",
+    "PaperLook",
     "camera_augment",
+    "cutout_attack",
     "jpeg",
+    "mannequin_attack",
+    "paper_mask_attack",
     "print_attack",
+    "render_print",
     "replay_attack",
 ]
 
@@ -325,3 +337,266 @@ def camera_augment(img: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarra
     q = int(rng.integers(70, 96))
     parts.append(f"jpeg {q}")
     return jpeg(f.clip(0, 255).astype(np.uint8), q), ", ".join(parts)
+
+
+# ------------------------------------------------------------------ masks, cut-outs, mannequins
+#
+# No public mask or cut-out data may be used for training (docs/face-eval.md), so these attacks are
+# composited from real photographs: the face of one photograph (the "source"), printed, worn over or
+# held in front of another (the "target"). The print's colour and contrast are not guessed: each
+# rendering draws its ink levels and chroma from a real print in pad_feni_sfas (:class:`PaperLook`,
+# measured by train.face_pad_data on the prints of the training folds).
+
+
+@dataclass(frozen=True)
+class PaperLook:
+    """What one real print looks like on camera, measured on its face crop: ``chroma_ratio`` = its
+    mean chroma over the median chroma of live faces, ``black`` and ``white`` its 1st and 99th
+    luminance percentiles, ``sharpness`` its Laplacian std over the live median."""
+
+    chroma_ratio: float
+    black: float
+    white: float
+    sharpness: float
+
+    def __post_init__(self) -> None:
+        if not (0.0 <= self.black < self.white <= 255.0) or self.chroma_ratio < 0 or self.sharpness <= 0:
+            raise ValueError(f"implausible paper look {self}")
+
+
+# Used when no measured looks are given (tests): the medians of the real prints (docs/face-eval.md).
+DEFAULT_LOOK = PaperLook(chroma_ratio=0.8, black=18.0, white=225.0, sharpness=0.8)
+
+
+def _similarity(src_pts: np.ndarray, dst_pts: np.ndarray) -> np.ndarray:
+    m, _ = cv2.estimateAffinePartial2D(
+        np.asarray(src_pts, np.float32), np.asarray(dst_pts, np.float32), method=cv2.LMEDS
+    )
+    if m is None:
+        raise ValueError("landmarks do not define a similarity transform")
+    return m
+
+
+def render_print(face: np.ndarray, rng: np.random.Generator, look: PaperLook) -> np.ndarray:
+    """A face image (BGR, float32 or uint8) as it looks printed and filmed: the chroma, ink black and
+    paper white of a real print, a print process (halftone, error diffusion or continuous-tone photo
+    paper), paper grain, and the real print's softness."""
+    f = face.astype(np.float32)
+    lum = f.mean(axis=2, keepdims=True)
+    # Chroma relative to this face's own: live faces vary, so the ratio (not an absolute) transfers.
+    sat = float(np.clip(look.chroma_ratio * rng.uniform(0.85, 1.15), 0.0, 1.3))
+    f = lum + sat * (f - lum)
+    lo, hi = np.percentile(f.mean(axis=2), [1, 99])
+    f = look.black + (f - lo) * (look.white - look.black) / max(hi - lo, 1.0)
+    process = rng.choice(["halftone", "diffusion", "photo"], p=[0.35, 0.15, 0.5])
+    if process != "photo":
+        # Dots at about twice the crop's pixel density, so the camera averages a few per pixel.
+        big = cv2.resize(f.clip(0, 255), None, fx=2.0, fy=2.0, interpolation=cv2.INTER_CUBIC)
+        dots = _halftone(big, rng, rng.uniform(2.5, 4.5)) if process == "halftone" else _error_diffusion(big)
+        dots = look.black + dots * (look.white - look.black) / 255.0
+        dots = cv2.GaussianBlur(dots, (0, 0), rng.uniform(0.6, 1.0))
+        f = cv2.resize(dots, (f.shape[1], f.shape[0]), interpolation=cv2.INTER_AREA)
+    h, w = f.shape[:2]
+    grain = 1.0 + 0.03 * _smooth_noise(rng, h, w, 60)[..., None] + rng.normal(0, 0.012, (h, w, 1))
+    f = f * grain.astype(np.float32)
+    # A real print's softness relative to live skin (below 1 = softer): blur to match it.
+    if look.sharpness < 1.0:
+        f = cv2.GaussianBlur(f, (0, 0), float(np.clip((1.0 / look.sharpness - 1.0) * 1.2, 0.3, 2.5)))
+    return f.clip(0, 255)
+
+
+def _face_ellipse(lm: np.ndarray, grow: float) -> tuple[tuple[float, float], tuple[float, float], float]:
+    """Centre, semi-axes and angle (degrees) of an ellipse over a face from its 5 landmarks."""
+    lm = np.asarray(lm, np.float64)
+    eyes = (lm[0] + lm[1]) / 2.0
+    mouth = (lm[3] + lm[4]) / 2.0
+    d = max(float(np.hypot(*(lm[1] - lm[0]))), 0.9 * float(np.hypot(*(mouth - eyes))), 1.0)
+    angle = float(np.degrees(np.arctan2(lm[1][1] - lm[0][1], lm[1][0] - lm[0][0])))
+    centre = eyes + 0.45 * (mouth - eyes)
+    return (float(centre[0]), float(centre[1])), (grow * 1.05 * d, grow * 1.45 * d), angle
+
+
+def _shade_plane(rng: np.random.Generator, h: int, w: int, strength: float) -> np.ndarray:
+    """Light on a flat sheet: a linear gradient in a random direction (no 3-D shading)."""
+    yy, xx = np.mgrid[0:h, 0:w].astype(np.float32)
+    a = rng.uniform(0, 2 * np.pi)
+    g = (xx / w - 0.5) * np.cos(a) + (yy / h - 0.5) * np.sin(a)
+    return (1.0 + strength * g)[..., None]
+
+
+def paper_mask_attack(
+    target: np.ndarray,
+    target_lm: np.ndarray,
+    source: np.ndarray,
+    source_lm: np.ndarray,
+    rng: np.random.Generator,
+    look: PaperLook = DEFAULT_LOOK,
+) -> tuple[np.ndarray, str]:
+    """A paper mask of ``source``'s face worn over ``target``'s head, at the target's pose.
+
+    The printed face is aligned to the target's landmarks; around it stay the target's real hair, ears
+    and neck. Random extras: eye holes (the target's real eyes show through), a vertical fold along
+    the nose (the two halves catch different light), a visible paper edge with its shadow, gloss.
+    """
+    h, w = target.shape[:2]
+    m = _similarity(source_lm, target_lm)
+    printed = render_print(cv2.warpAffine(source, m, (w, h), borderMode=cv2.BORDER_REFLECT), rng, look)
+    centre, axes, angle = _face_ellipse(target_lm, rng.uniform(1.0, 1.25))
+    mask = np.zeros((h, w), np.float32)
+    cv2.ellipse(
+        mask, (round(centre[0]), round(centre[1])), (round(axes[0]), round(axes[1])), angle, 0, 360, 1.0, -1
+    )
+    parts = []
+    lm = np.asarray(target_lm, np.float64)
+    ipd = max(float(np.hypot(*(lm[1] - lm[0]))), 1.0)
+    holes = np.zeros((h, w), np.float32)
+    if rng.random() < 0.5:
+        for eye in lm[:2]:
+            cv2.ellipse(
+                holes,
+                (round(eye[0]), round(eye[1])),
+                (round(0.26 * ipd), round(0.13 * ipd)),
+                angle,
+                0,
+                360,
+                1.0,
+                -1,
+            )
+        parts.append("eye holes")
+    # Feathered by a pixel: a cut edge is sharp, the camera's lens is not.
+    cut = cv2.GaussianBlur(mask * (1 - holes), (0, 0), 0.8)[..., None]
+    light = target.astype(np.float32).mean() / max(printed.mean(), 1.0)
+    printed = printed * float(np.clip(light * rng.uniform(0.85, 1.1), 0.6, 1.6))
+    printed = printed * _shade_plane(rng, h, w, rng.uniform(0.05, 0.3))
+    if rng.random() < 0.5:
+        # Folded along the nose line: one half turned towards the light, the other away.
+        eyes, mouth = (lm[0] + lm[1]) / 2.0, (lm[3] + lm[4]) / 2.0
+        nx, ny = mouth[1] - eyes[1], -(mouth[0] - eyes[0])
+        yy, xx = np.mgrid[0:h, 0:w].astype(np.float32)
+        side = np.sign((xx - lm[2][0]) * nx + (yy - lm[2][1]) * ny)[..., None]
+        fold = rng.uniform(0.06, 0.2)
+        printed = printed * (1.0 + fold * side)
+        parts.append(f"nose fold {fold:.2f}")
+    if rng.random() < 0.4:
+        gx, gy = centre[0] + rng.uniform(-0.5, 0.5) * axes[0], centre[1] + rng.uniform(-0.5, 0.5) * axes[1]
+        yy, xx = np.mgrid[0:h, 0:w].astype(np.float32)
+        sheen = np.exp(-(((xx - gx) / (0.5 * axes[0])) ** 2 + ((yy - gy) / (0.4 * axes[1])) ** 2))[..., None]
+        printed = printed + rng.uniform(0.15, 0.45) * sheen * (255 - printed)
+        parts.append("gloss")
+    out = target.astype(np.float32)
+    if rng.random() < 0.6:
+        # The sheet stands off the face: a soft shadow just outside its edge, and its white cut edge.
+        ring = cv2.GaussianBlur(mask, (0, 0), max(1.0, 0.04 * ipd))[..., None]
+        out = out * (1 - rng.uniform(0.2, 0.45) * ring * (1 - mask[..., None]))
+        edge = cv2.morphologyEx(mask, cv2.MORPH_GRADIENT, np.ones((3, 3), np.uint8))[..., None]
+        out = out * (1 - edge) + edge * rng.uniform(170, 235)
+        parts.append("edge")
+    out = out * (1 - cut) + printed * cut
+    q = int(rng.integers(75, 95))
+    out = _camera_finish(rng, out, rng.uniform(0.2, 0.8), rng.uniform(1.0, 3.0), q)
+    return out, ", ".join(parts) or "plain"
+
+
+def cutout_attack(
+    background: np.ndarray,
+    background_lm: np.ndarray | None,
+    source: np.ndarray,
+    source_lm: np.ndarray,
+    rng: np.random.Generator,
+    look: PaperLook = DEFAULT_LOOK,
+) -> tuple[np.ndarray, str]:
+    """A printed face cut out of its photo and held up by a hand, in front of the target's own face
+    (``background_lm`` given: scaled to cover it) or in front of a room (``background_lm`` None)."""
+    h, w = background.shape[:2]
+    if background_lm is not None:
+        dst_lm = np.asarray(background_lm, np.float64)
+        dst_lm = dst_lm.mean(axis=0) + (dst_lm - dst_lm.mean(axis=0)) * rng.uniform(1.0, 1.25)
+    else:
+        ipd = rng.uniform(0.12, 0.2) * min(h, w)
+        cx, cy = rng.uniform(0.4, 0.6) * w, rng.uniform(0.4, 0.55) * h
+        canon = np.array([[-0.5, -0.45], [0.5, -0.45], [0.0, 0.1], [-0.4, 0.6], [0.4, 0.6]])
+        dst_lm = np.array([cx, cy]) + canon * ipd
+    # Held by hand: a small roll and a slight perspective instead of the head's pose.
+    roll = np.deg2rad(rng.uniform(-12, 12))
+    rot = np.array([[np.cos(roll), -np.sin(roll)], [np.sin(roll), np.cos(roll)]])
+    c = dst_lm.mean(axis=0)
+    dst_lm = c + (dst_lm - c) @ rot.T
+    m = _similarity(source_lm, dst_lm)
+    printed = render_print(cv2.warpAffine(source, m, (w, h), borderMode=cv2.BORDER_REFLECT), rng, look)
+    centre, axes, angle = _face_ellipse(dst_lm, rng.uniform(1.1, 1.4))
+    sheet = np.zeros((h, w), np.float32)
+    shape = "oval" if rng.random() < 0.6 else "rectangle"
+    if shape == "oval":
+        cv2.ellipse(
+            sheet,
+            (round(centre[0]), round(centre[1])),
+            (round(axes[0]), round(axes[1])),
+            angle,
+            0,
+            360,
+            1.0,
+            -1,
+        )
+    else:
+        box = cv2.boxPoints(((centre[0], centre[1]), (2.1 * axes[0], 2.0 * axes[1]), angle))
+        cv2.fillConvexPoly(sheet, box.astype(np.int32), 1.0)
+    tilt = rng.uniform(0.0, 0.06) * max(axes)
+    src4 = np.float32([[0, 0], [w, 0], [w, h], [0, h]])
+    dst4 = src4 + rng.uniform(-tilt, tilt, (4, 2)).astype(np.float32)
+    p = cv2.getPerspectiveTransform(src4, dst4)
+    printed = cv2.warpPerspective(printed, p, (w, h), borderMode=cv2.BORDER_REFLECT)
+    sheet = cv2.warpPerspective(sheet, p, (w, h))
+    # White paper margin around the cut face, for a rectangle or a loose oval cut.
+    inner = cv2.erode(sheet, np.ones((3, 3), np.uint8), iterations=int(rng.integers(0, 4)))
+    printed = printed * inner[..., None] + (1 - inner[..., None]) * rng.uniform(200, 240)
+    printed = printed * _shade_plane(rng, h, w, rng.uniform(0.05, 0.3))
+    out = background.astype(np.float32)
+    shadow = cv2.GaussianBlur(
+        np.roll(sheet, (int(rng.integers(2, 8)), int(rng.integers(-5, 6))), (0, 1)), (0, 0), 4
+    )
+    out = out * (1 - 0.35 * shadow[..., None])
+    a = cv2.GaussianBlur(sheet, (0, 0), 0.8)[..., None]
+    out = out * (1 - a) + printed * a
+    out = _hand(out, rng, a)
+    q = int(rng.integers(75, 95))
+    out = _camera_finish(rng, out, rng.uniform(0.2, 0.9), rng.uniform(1.0, 3.0), q)
+    where = "over a face" if background_lm is not None else "before a room"
+    return out, f"{shape} cut-out {where}"
+
+
+def mannequin_attack(
+    source: np.ndarray, source_lm: np.ndarray, rng: np.random.Generator, look: PaperLook = DEFAULT_LOOK
+) -> tuple[np.ndarray, str]:
+    """A printed face on a bald, smoothly shaded mannequin head in a room (640x480 frame)."""
+    fw, fh = _frame_size(source)
+    frame = _background(rng, fh, fw)
+    ipd = rng.uniform(0.1, 0.16) * min(fw, fh)
+    cx, cy = rng.uniform(0.42, 0.58) * fw, rng.uniform(0.42, 0.52) * fh
+    canon = np.array([[-0.5, -0.45], [0.5, -0.45], [0.0, 0.1], [-0.4, 0.6], [0.4, 0.6]])
+    dst_lm = np.array([cx, cy]) + canon * ipd
+    yy, xx = np.mgrid[0:fh, 0:fw].astype(np.float32)
+    hx, hy = 1.35 * ipd, 1.9 * ipd
+    r2 = ((xx - cx) / hx) ** 2 + ((yy - (cy - 0.15 * ipd)) / hy) ** 2
+    head = (r2 <= 1.0).astype(np.float32)
+    neck = ((np.abs(xx - cx) < 0.7 * ipd) & (yy > cy) & (yy < cy + 3.5 * ipd)).astype(np.float32)
+    body = np.clip(head + neck, 0, 1)
+    colour = np.array([rng.uniform(120, 200), rng.uniform(140, 210), rng.uniform(160, 230)], np.float32)
+    # Smooth plastic: Lambert-like shading of an ellipsoid lit from one side, and a specular spot.
+    lx = rng.uniform(-0.6, 0.6)
+    nz = np.sqrt(np.clip(1 - r2, 0, 1))
+    shade = (0.55 + 0.45 * np.clip(nz + lx * (xx - cx) / hx, 0, 1.3))[..., None]
+    skin = colour * shade
+    a = cv2.GaussianBlur(body, (0, 0), 1.0)[..., None]
+    frame = frame * (1 - a) + skin * a
+    m = _similarity(source_lm, dst_lm)
+    printed = render_print(cv2.warpAffine(source, m, (fw, fh), borderMode=cv2.BORDER_REFLECT), rng, look)
+    centre, axes, angle = _face_ellipse(dst_lm, rng.uniform(1.0, 1.2))
+    face = np.zeros((fh, fw), np.float32)
+    cv2.ellipse(
+        face, (round(centre[0]), round(centre[1])), (round(axes[0]), round(axes[1])), angle, 0, 360, 1.0, -1
+    )
+    f = cv2.GaussianBlur(face * head, (0, 0), 0.8)[..., None]
+    frame = frame * (1 - f) + printed * shade * f
+    q = int(rng.integers(75, 95))
+    out = _camera_finish(rng, frame, rng.uniform(0.3, 1.0), rng.uniform(1.5, 3.0), q)
+    return out, "mannequin"
