@@ -31,7 +31,14 @@ from pathlib import Path
 
 import cv2
 import numpy as np
-from eval.face_attack_sim import PaperLook, cutout_attack, mannequin_attack, paper_mask_attack
+from eval.face_attack_sim import (
+    PaperLook,
+    cutout_attack,
+    mannequin_attack,
+    paper_mask_attack,
+    print_attack,
+    replay_attack,
+)
 from eval.trials import data_root
 
 from verilive.config import Settings
@@ -47,9 +54,11 @@ FOLDS = 4
 SEED = 20261124
 # Families of attack, real and simulated; "live" is the bona fide class.
 REAL_FAMILIES = ("print", "replay")
-SIM_FAMILIES = ("mask", "cutout", "mannequin")
-# Simulated attacks per fold and family: about as many as the fold's real prints.
-SIM_PER_FOLD = {"mask": 110, "cutout": 70, "mannequin": 40}
+SIM_FAMILIES = ("mask", "cutout", "mannequin", "print_sim", "replay_sim")
+# Simulated attacks per fold and family: about as many masks as the fold's real prints. Simulated
+# prints and screen replays (the older simulator) add to the few real replays; for leave one family
+# out they leave with their real family.
+SIM_PER_FOLD = {"mask": 110, "cutout": 70, "mannequin": 40, "print_sim": 30, "replay_sim": 60}
 # Near-identical face crops (grey 24x24, correlation) join one group.
 SAME_PHOTO_CORR = 0.93
 
@@ -292,8 +301,12 @@ def build(root: Path, cache: Path, seed: int = SEED) -> None:
                     out, detail = cutout_attack(
                         bg, np.asarray(kept[b].landmarks) if over_face else None, src, src_lm, rng, look
                     )
-                else:
+                elif family == "mannequin":
                     out, detail = mannequin_attack(src, src_lm, rng, look)
+                elif family == "print_sim":
+                    out, detail = print_attack(src, rng, str(rng.choice(["halftone", "diffusion"])))
+                else:
+                    out, detail = replay_attack(src, rng, framed=bool(rng.random() < 0.5))
                 name = f"sim/{family}_{fold}_{k:03d}.jpg"
                 cv2.imwrite(str(cache / name), out, [cv2.IMWRITE_JPEG_QUALITY, 95])
                 faces = detector.detect(out)
