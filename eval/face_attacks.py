@@ -39,7 +39,8 @@ from eval import metrics
 from eval.face_attack_sim import camera_augment, print_attack, replay_attack
 from eval.trials import REPO, data_root, replace_section
 from verilive.config import Settings
-from verilive.face.engine import CALIBRATION_OFFSETS, ErrorCode, FaceEngine, face_extent, sigmoid
+from verilive.face.engine import ErrorCode, FaceEngine, face_extent, sigmoid
+from verilive.face.fusion import load_fusion
 from verilive.face.pipelines import PIPELINES, Calibration
 from verilive.models.sessions import ModelRegistry
 
@@ -171,8 +172,12 @@ def score_all(engine: FaceEngine, samples: list[Sample], chunk: int = 16) -> Non
                     raise AssertionError(f"{s.name}: validation differs between pipelines")
 
 
-def is_live(score: float, calibration: Calibration) -> bool:
-    return sigmoid(score + CALIBRATION_OFFSETS[calibration]) >= 0.5
+def offset(pipeline: str, calibration: Calibration) -> float:
+    return load_fusion()[pipeline].offsets[calibration]
+
+
+def is_live(score: float, pipeline: str, calibration: Calibration) -> bool:
+    return sigmoid(score + offset(pipeline, calibration)) >= 0.5
 
 
 # ------------------------------------------------------------------ tables
@@ -186,7 +191,7 @@ def rates_table(
     samples: list[Sample], pipeline: str, groups: Iterable[tuple[str, Callable[[Sample], bool]]]
 ) -> str:
     head = "| group | images | rejected by validation | judged | " + " | ".join(
-        f"{c.value} (offset {CALIBRATION_OFFSETS[c]:+.1f})" for c in CALIBRATIONS
+        f"{c.value} (offset {offset(pipeline, c):+.2f})" for c in CALIBRATIONS
     )
     lines = [head + " |", "|" + "---|" * (4 + len(CALIBRATIONS))]
     for label, pick in groups:
@@ -197,7 +202,7 @@ def rates_table(
         bona = members[0].bona_fide
         cells = []
         for c in CALIBRATIONS:
-            live = sum(is_live(s.scores[pipeline], c) for s in judged)  # type: ignore[arg-type]
+            live = sum(is_live(s.scores[pipeline], pipeline, c) for s in judged)  # type: ignore[arg-type]
             errors = len(judged) - live if bona else live
             cells.append(_pct(errors, len(judged)))
         kind = "BPCER" if bona else "APCER"
@@ -356,7 +361,7 @@ def plot(samples: list[Sample], path: Path) -> None:
                     fontsize=8,
                 )
         for c, style in zip(CALIBRATIONS, (":", "-", "--"), strict=True):
-            ax.axvline(-CALIBRATION_OFFSETS[c], color="black", ls=style, lw=1, label=f"{c.value} threshold")
+            ax.axvline(-offset(pipeline, c), color="black", ls=style, lw=1, label=f"{c.value} threshold")
         ax.set_title(
             f"pipeline {pipeline}: raw score (log-odds); short lines = real pad set (T bona fide, F attack)"
         )

@@ -11,7 +11,6 @@ import pytest
 
 from verilive.config import Settings
 from verilive.face.engine import (
-    CALIBRATION_OFFSETS,
     ErrorCode,
     FaceEngine,
     ImageResult,
@@ -57,7 +56,8 @@ def canvas(h: int, w: int) -> np.ndarray:
 def test_clean_portrait_passes(engine: FaceEngine, portrait: np.ndarray) -> None:
     r = engine.check(png(portrait))
     assert r.ok, r.error
-    assert r.score is not None and r.probability == pytest.approx(sigmoid(r.score))
+    assert r.score is not None
+    assert r.probability == pytest.approx(sigmoid(r.score + engine.offset("ensemble", Calibration.REGULAR)))
     assert r.quality is not None and 0.0 <= r.quality <= 1.0
     assert (r.width, r.height) == (910, 1137)
 
@@ -94,7 +94,10 @@ def test_face_too_small(engine: FaceEngine, portrait: np.ndarray) -> None:
     half = cv2.resize(portrait, None, fx=0.5, fy=0.5)
     big[1800 : 1800 + half.shape[0], 1800 : 1800 + half.shape[1]] = half
     assert (
-        FaceEngine(engine.detector, engine.models, v).check(png(big)).error_code == ErrorCode.FACE_TOO_SMALL
+        FaceEngine(engine.detector, engine.models, engine.hyperfas, engine.facepad, validation=v)
+        .check(png(big))
+        .error_code
+        == ErrorCode.FACE_TOO_SMALL
     )
 
 
@@ -182,7 +185,7 @@ def test_calibration_offsets_order_the_probabilities(engine: FaceEngine, shared_
     s = res[Calibration.REGULAR].score
     assert s is not None
     for c, r in res.items():
-        assert r.probability == pytest.approx(sigmoid(s + CALIBRATION_OFFSETS[c]))
+        assert r.probability == pytest.approx(sigmoid(s + engine.offset("ensemble", c)))
 
 
 def test_batch_equals_single(engine: FaceEngine, shared_dir: Path) -> None:

@@ -1,10 +1,11 @@
 """Face liveness engine: image -> validation -> liveness score (no HTTP; docs/face.md).
 
 One image goes through: decode (EXIF honoured, header checked before pixels) -> CenterFace
-detection -> validation in a fixed order of precedence -> the pipeline's MiniFASNet model(s) on
-the upstream crops of the largest face -> a raw log-odds ``score`` -> ``probability`` =
-sigmoid(score + calibration offset), and ``quality`` from face size, sharpness,
-exposure, pose and occlusion.
+detection -> validation in a fixed order of precedence -> the pipeline's branches on their crops of
+the largest face (MiniFASNetV2 at 2.7x the box, MiniFASNetV1SE at 4x, HyperFAS at 1.2x, the
+face-only branch at 1.1x) -> their live log-odds fused by the pipeline's logistic regression
+(face/fusion.py) into a raw ``score`` -> ``probability`` = sigmoid(score + calibration offset), and
+``quality`` from face size, sharpness, exposure, pose and occlusion.
 """
 
 from __future__ import annotations
@@ -20,16 +21,17 @@ import numpy as np
 
 from verilive.config import Settings
 from verilive.face.detector import Face, FaceDetector
+from verilive.face.facepad import FacePAD
+from verilive.face.fusion import PipelineFusion, load_fusion
+from verilive.face.hyperfas import HyperFAS
 from verilive.face.image import DecodedImage, ImageError, decode_image
-from verilive.face.minifasnet import V1SE, V2, MiniFASNet, retinaface_like_box
+from verilive.face.minifasnet import REAL_CLASS, V1SE, V2, MiniFASNet, retinaface_like_box, softmax
 from verilive.face.occlusion import occlusion
-from verilive.face.pipelines import DEFAULT_PIPELINE, PIPELINES, Calibration, Domain
+from verilive.face.pipelines import DEFAULT_PIPELINE, Calibration, Domain
 from verilive.face.quality import quality_factors
 from verilive.models.sessions import ModelRegistry
 
 __all__ = [
-    "CALIBRATION_OFFSETS",
-    "PIPELINE_MODELS",
     "ErrorCode",
     "FaceEngine",
     "ImageResult",
@@ -53,19 +55,8 @@ class ErrorCode(StrEnum):
     INVALID_META = "INVALID_META"
 
 
-# Models of each pipeline. "ensemble" averages the two models' live probabilities (upstream's own
-# combination), "fast" runs MiniFASNetV2 alone.
-PIPELINE_MODELS: dict[str, tuple[str, ...]] = {"ensemble": (V2, V1SE), "fast": (V2,)}
-assert tuple(PIPELINE_MODELS) == PIPELINES
-
-# Offsets added to the raw log-odds before the sigmoid. HARDENED moves the live threshold up by
-# 1.5 log-odds (fewer attacks accepted, more live people rejected), SOFT moves it down. Measured
-# effect: docs/face-eval.md (python -m eval.face_attacks).
-CALIBRATION_OFFSETS: dict[Calibration, float] = {
-    Calibration.REGULAR: 0.0,
-    Calibration.SOFT: 1.5,
-    Calibration.HARDENED: -1.5,
-}
+# Branch names of face/fusion.py -> the MiniFASNet model id each runs.
+MINIFASNET_BRANCHES = {"minifasnet_v2": V2, "minifasnet_v1se": V1SE}
 # Images of a batch whose crops go through the models together.
 CHUNK = 32
 # Live probabilities are clipped before the logit so that the score stays finite.
@@ -150,7 +141,7 @@ class _Checked:
     width: int
     height: int
     face: Face
-    crops: dict[str, np.ndarray]  # model id -> (80, 80, 3) uint8 BGR
+    crops: dict[str, np.ndarray]  # branch -> its uint8 BGR crop
     quality: float
     details: dict[str, float]
 
@@ -202,12 +193,22 @@ class FaceEngine:
         self,
         detector: FaceDetector,
         models: dict[str, MiniFASNet],
+        hyperfas: HyperFAS | None,
+        facepad: FacePAD,
+        fusion: dict[str, PipelineFusion] | None = None,
         validation: Validation = Validation(),
         max_pixels: int = 40_000_000,
         workers: int = 2,
     ) -> None:
         self.detector = detector
         self.models = models
+        self.hyperfas = hyperfas
+        self.facepad = facepad
+        self.fusion = fusion if fusion is not None else load_fusion()
+        # Crops are cut only for the branches some pipeline reads.
+        self.branches = sorted({b for f in self.fusion.values() for b in f.needs})
+        if "hyperfas" in self.branches and hyperfas is None:
+            raise ValueError("a face pipeline needs HyperFAS, but no HyperFAS model was given")
         self.validation = validation
         self.max_pixels = max_pixels
         self.workers = max(1, workers)
@@ -215,10 +216,15 @@ class FaceEngine:
 
     @classmethod
     def from_registry(cls, registry: ModelRegistry, settings: Settings) -> FaceEngine:
+        fusion = load_fusion()
+        needs_hyperfas = any("hyperfas" in f.needs for f in fusion.values())
         return cls(
             FaceDetector.from_registry(registry),
             {m: MiniFASNet.from_registry(registry, m) for m in (V2, V1SE)},
-            Validation.from_settings(settings),
+            HyperFAS.from_registry(registry) if needs_hyperfas else None,
+            FacePAD.load(),
+            fusion,
+            validation=Validation.from_settings(settings),
             max_pixels=settings.face_max_image_pixels,
         )
 
@@ -314,25 +320,52 @@ class FaceEngine:
             "quality_occlusion": q.occlusion,
         }
         box = face_xywh(face)
-        crops = {mid: model.crop(img, box) for mid, model in self.models.items()}
+        crops = {branch: self.models[mid].crop(img, box) for branch, mid in MINIFASNET_BRANCHES.items()}
+        if self.hyperfas is not None and "hyperfas" in self.branches:
+            crops["hyperfas"] = self.hyperfas.crop(img, face.box)
+        crops["facepad"] = self.facepad.crop(img, face.box)
         return _Checked(image.width, image.height, face, crops, float(q.overall), details)
 
     # ------------------------------------------------------------------ liveness
 
+    def offset(self, pipeline: str, calibration: Calibration) -> float:
+        """The log-odds added to ``pipeline``'s raw score before the sigmoid under ``calibration``."""
+        return self.fusion[pipeline].offsets[calibration]
+
+    def branch_scores(self, checked: Sequence[_Checked], branches: Sequence[str]) -> dict[str, np.ndarray]:
+        """Live log-odds of each named branch for each checked image (one batched run per model)."""
+        logits: dict[str, np.ndarray] = {}
+
+        def minifasnet(b: str) -> np.ndarray:
+            if b not in logits:
+                crops = np.stack([c.crops[b] for c in checked])
+                logits[b] = self.models[MINIFASNET_BRANCHES[b]].logits(crops)
+            return logits[b]
+
+        out: dict[str, np.ndarray] = {}
+        for b in branches:
+            if b in MINIFASNET_BRANCHES:
+                out[b] = MiniFASNet.live_log_odds(minifasnet(b))
+            elif b == "minifasnet_mean":
+                # The engine's score before the face-only branch: logit of the mean live probability.
+                p = [softmax(minifasnet(m))[:, REAL_CLASS] for m in MINIFASNET_BRANCHES]
+                out[b] = _logit(np.mean(p, axis=0))
+            elif b == "hyperfas" and self.hyperfas is not None:
+                p_live, _ = self.hyperfas.predict(np.stack([c.crops[b] for c in checked]))
+                out[b] = _logit(np.asarray(p_live, dtype=np.float64))
+            elif b == "facepad":
+                out[b] = self.facepad.live_log_odds(np.stack([c.crops[b] for c in checked]))
+            else:
+                raise ValueError(f"unknown face branch {b!r}")
+        return out
+
     def raw_scores(self, checked: Sequence[_Checked], pipeline: str) -> np.ndarray:
-        """Raw live log-odds of each checked image under ``pipeline``: the logit of the mean live
-        probability of the pipeline's models (one batched run per model)."""
+        """Raw live log-odds of each checked image under ``pipeline``: its branches' log-odds fused
+        by the pipeline's logistic regression (face/fusion.py)."""
         if not checked:
             return np.zeros(0)
-        p_live = np.zeros(len(checked))
-        for model_id in PIPELINE_MODELS[pipeline]:
-            model = self.models[model_id]
-            crops = np.stack([c.crops[model_id] for c in checked])
-            logits = model.logits(crops)
-            z = logits - logits.max(axis=1, keepdims=True)
-            p = np.exp(z) / np.exp(z).sum(axis=1, keepdims=True)
-            p_live += p[:, 1]
-        return _logit(p_live / len(PIPELINE_MODELS[pipeline]))
+        fusion = self.fusion[pipeline]
+        return fusion.fuse(self.branch_scores(checked, fusion.needs))
 
     def _scores_in_parallel(self, checked: list[_Checked], pipeline: str) -> np.ndarray:
         """:meth:`raw_scores`, the batch split across the pool's workers (each session runs on one
@@ -362,7 +395,7 @@ class FaceEngine:
         models then run once per model on the crops of each chunk of ``CHUNK`` images. Only the pool's
         workers hold decoded images (one each), however large the batch."""
         t0 = time.perf_counter()
-        offset = CALIBRATION_OFFSETS[calibration]
+        offset = self.offset(pipeline, calibration)
         out: list[ImageResult] = []
         for c0 in range(0, len(images), CHUNK):
             prepared = list(self._pool.map(lambda d: self._prepare(d, domain), images[c0 : c0 + CHUNK]))
@@ -415,7 +448,7 @@ class FaceEngine:
         first = good[0]
         return ImageResult(
             score=score,
-            probability=sigmoid(score + CALIBRATION_OFFSETS[calibration]),
+            probability=sigmoid(score + self.offset(pipeline, calibration)),
             quality=float(np.mean([r.quality for r in good if r.quality is not None])),
             width=first.width,
             height=first.height,
