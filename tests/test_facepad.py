@@ -197,7 +197,11 @@ def test_a_held_up_cutout_is_refused_or_scores_below_the_photo(engine: FaceEngin
 def test_the_face_service_requires_every_model_its_pipelines_run() -> None:
     from verilive.server.app import DEFINITIONS
 
-    model_of = {"minifasnet_v2": "minifasnet_v2", "minifasnet_v1se": "minifasnet_v1se", "hyperfas": "hyperfas"}
+    model_of = {
+        "minifasnet_v2": "minifasnet_v2",
+        "minifasnet_v1se": "minifasnet_v1se",
+        "hyperfas": "hyperfas",
+    }
     model_of["minifasnet_mean"] = "minifasnet_v1se"
     needed = {model_of[b] for f in load_fusion().values() for b in f.needs if b in model_of}
     needed |= {"minifasnet_v2", "minifasnet_v1se"}  # both wide crops are always cut
