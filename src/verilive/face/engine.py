@@ -2,10 +2,11 @@
 
 One image goes through: decode (EXIF honoured, header checked before pixels) -> CenterFace
 detection -> validation in a fixed order of precedence -> the pipeline's branches on their crops of
-the largest face (MiniFASNetV2 at 2.7x the box, MiniFASNetV1SE at 4x, HyperFAS at 1.2x, the
-face-only branch at 1.1x) -> their live log-odds fused by the pipeline's logistic regression
-(face/fusion.py) into a raw ``score`` -> ``probability`` = sigmoid(score + calibration offset), and
-``quality`` from face size, sharpness, exposure, pose and occlusion.
+the largest face (MiniFASNetV2 at 2.7x the box, MiniFASNetV1SE at 4x, the face-only branch at
+1.1x; HyperFAS at 1.2x if a pipeline's fusion names it) -> their live log-odds fused by the
+pipeline's logistic regression and guard (face/fusion.py) into a raw ``score`` -> ``probability``
+= sigmoid(score + calibration offset), and ``quality`` from face size, sharpness, exposure, pose
+and occlusion.
 """
 
 from __future__ import annotations
@@ -135,8 +136,8 @@ class ImageResult:
 
 @dataclass(frozen=True)
 class _Checked:
-    """A validated face, ready for the models: its 80x80 crop for each model, cut while the image
-    was in memory, so that a batch never holds more decoded images than the pool has workers."""
+    """A validated face, ready for the models: its crop for each branch, cut while the image was in
+    memory, so that a batch never holds more decoded images than the pool has workers."""
 
     width: int
     height: int
