@@ -81,9 +81,12 @@ class FacePADNet(nn.Module):
 # ------------------------------------------------------------------ augmentation
 
 
-def augment(crop: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+def augment(crop: np.ndarray, rng: np.random.Generator, soften: float = 0.3) -> np.ndarray:
     """Camera and framing changes that keep the class: box jitter, flip, exposure, white balance,
-    defocus, resolution, sensor noise and JPEG. The model must not learn one camera."""
+    defocus, resolution, sensor noise and JPEG. The model must not learn one camera.
+
+    ``soften`` is the chance of each of the two softening steps (lower resolution, defocus), for both
+    classes: real prints are softer than live selfies, and softness alone must not be the cue."""
     s = facepad.INPUT_SIZE
     img = crop.astype(np.float32)
     scale = rng.uniform(0.9, 1.1)
@@ -96,11 +99,11 @@ def augment(crop: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     img = img * rng.uniform(0.9, 1.1, 3)
     if rng.random() < 0.3:
         img = 255.0 * (np.clip(img, 0, 255) / 255.0) ** rng.uniform(0.7, 1.4)
-    if rng.random() < 0.3:
-        small = int(rng.integers(48, 112))
+    if rng.random() < soften:
+        small = int(rng.integers(40 if soften > 0.3 else 48, 112))
         img = cv2.resize(cv2.resize(img, (small, small), interpolation=cv2.INTER_AREA), (s, s))
-    if rng.random() < 0.3:
-        img = cv2.GaussianBlur(img, (0, 0), rng.uniform(0.4, 1.2))
+    if rng.random() < soften:
+        img = cv2.GaussianBlur(img, (0, 0), rng.uniform(0.4, 1.8 if soften > 0.3 else 1.2))
     if rng.random() < 0.3:
         img = img + rng.normal(0, rng.uniform(1, 6), img.shape)
     img = np.clip(img, 0, 255).astype(np.uint8)
@@ -113,7 +116,9 @@ def augment(crop: np.ndarray, rng: np.random.Generator) -> np.ndarray:
 # ------------------------------------------------------------------ training
 
 
-def train_net(crops: np.ndarray, y: np.ndarray, seed: int, epochs: int = EPOCHS) -> FacePADNet:
+def train_net(
+    crops: np.ndarray, y: np.ndarray, seed: int, epochs: int = EPOCHS, soften: float = 0.3
+) -> FacePADNet:
     """Train on (N, S, S, 3) uint8 crops, y = 1 for live; classes balanced per batch by weights."""
     torch.manual_seed(seed)
     rng = np.random.default_rng(seed)
@@ -131,7 +136,7 @@ def train_net(crops: np.ndarray, y: np.ndarray, seed: int, epochs: int = EPOCHS)
             ix = order[b0 : b0 + BATCH]
             if len(ix) < 2:
                 continue
-            xb = torch.from_numpy(facepad.to_input(np.stack([augment(crops[i], rng) for i in ix])))
+            xb = torch.from_numpy(facepad.to_input(np.stack([augment(crops[i], rng, soften) for i in ix])))
             yb = torch.from_numpy(y[ix].astype(np.float32))
             wb = torch.where(yb > 0.5, w_live, w_attack)
             loss = nn.functional.binary_cross_entropy_with_logits(net(xb), yb, weight=wb)
@@ -155,7 +160,7 @@ def labels(items: list[Item]) -> np.ndarray:
     return np.array([it.label == "live" for it in items], dtype=np.float64)
 
 
-def run_folds(items: list[Item], crops: np.ndarray) -> np.ndarray:
+def run_folds(items: list[Item], crops: np.ndarray, soften: float = 0.3) -> np.ndarray:
     """Out-of-fold live log-odds of every item with fold >= 0 (NaN elsewhere)."""
     y = labels(items)
     folds = np.array([it.fold for it in items])
@@ -163,13 +168,13 @@ def run_folds(items: list[Item], crops: np.ndarray) -> np.ndarray:
     for k in range(FOLDS):
         tr, te = np.flatnonzero((folds >= 0) & (folds != k)), np.flatnonzero(folds == k)
         t0 = time.time()
-        net = train_net(crops[tr], y[tr], SEED + k)
+        net = train_net(crops[tr], y[tr], SEED + k, soften=soften)
         out[te] = predict(net, crops[te])
         print(f"  fold {k}: trained on {len(tr)} in {time.time() - t0:.0f} s", flush=True)
     return out
 
 
-def run_lofo(items: list[Item], crops: np.ndarray) -> dict[str, np.ndarray]:
+def run_lofo(items: list[Item], crops: np.ndarray, soften: float = 0.3) -> dict[str, np.ndarray]:
     """Per family: scores of that family's items (and of live items) from a model that never saw it,
     trained on two folds and scoring the other two, both ways round."""
     y = labels(items)
@@ -182,7 +187,7 @@ def run_lofo(items: list[Item], crops: np.ndarray) -> dict[str, np.ndarray]:
         for a, b in ((0, 1), (1, 0)):
             tr = np.flatnonzero(halves[a] & ~np.isin(fam, [f, f + "_sim"]))
             te = np.flatnonzero(halves[b] & ((fam == f) | (fam == "live")))
-            net = train_net(crops[tr], y[tr], SEED + 10 + a)
+            net = train_net(crops[tr], y[tr], SEED + 10 + a, soften=soften)
             s[te] = predict(net, crops[te])
         out[f] = s
         print(f"  left out {f}", flush=True)
@@ -248,6 +253,7 @@ def main() -> None:
     ap.add_argument("--cache", default=str(CACHE))
     ap.add_argument("--write", action="store_true", help="write the shipped model into the package")
     ap.add_argument("--skip-lofo", action="store_true")
+    ap.add_argument("--soften", type=float, default=0.3, help="chance of each softening augmentation")
     ap.add_argument("--export-only", action="store_true", help="export the last trained final model")
     args = ap.parse_args()
     torch.set_num_threads(2)
@@ -270,12 +276,12 @@ def main() -> None:
     items, crops = load(cache)
     fp = crops["facepad"]
     print("folds:", flush=True)
-    oof = run_folds(items, fp)
-    lofo = {} if args.skip_lofo else run_lofo(items, fp)
+    oof = run_folds(items, fp, args.soften)
+    lofo = {} if args.skip_lofo else run_lofo(items, fp, args.soften)
     scores = {"facepad_oof": oof, **{f"facepad_lofo_{f}": s for f, s in lofo.items()}}
     print("final model:", flush=True)
     train_ix = np.flatnonzero(np.array([it.fold >= 0 for it in items]))
-    net = train_net(fp[train_ix], labels(items)[train_ix], SEED + 100)
+    net = train_net(fp[train_ix], labels(items)[train_ix], SEED + 100, soften=args.soften)
     final = predict(net, fp)
     scores["facepad_final"] = final
     np.savez(cache / "facepad_scores.npz", **scores)
