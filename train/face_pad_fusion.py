@@ -97,7 +97,7 @@ def pretrained_scores(items: list[Item], crops: dict[str, np.ndarray], cache: Pa
 def bpcer_threshold(live_scores: np.ndarray, bpcer: float, weights: np.ndarray | None = None) -> float:
     """The score below which ``bpcer`` of the live scores fall, each score counted with its weight.
 
-    pad_feni_sfas holds many frames of a few people (one session alone has 40 frames of one woman in
+    pad_feni_sfas holds many frames of a few people (one session alone has 54 frames of one woman in
     a headscarf), so per frame the live tail is one person. Weighting each frame by 1 / (frames of its
     session) makes the BPCER a rate over sessions, the unit a deployment meets."""
     z = np.asarray(live_scores, np.float64)
