@@ -11,6 +11,7 @@ resolution and shows vocoder and channel traces that the speaker embedding disca
 from __future__ import annotations
 
 import threading
+from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -148,6 +149,38 @@ class CamPlusPlus:
         (emb,) = self.session.run([OUTPUT_NAME], {INPUT_NAME: f[None]})
         out = emb[0]
         return np.maximum(out, 0.0) if relu else out
+
+    def embed_batch(
+        self, feats: Sequence[np.ndarray], batch_size: int = 16, max_stretch: float = 1.25
+    ) -> np.ndarray:
+        """(n, 192) float32 embeddings of n feature matrices (T_i, 80) from :meth:`features`.
+
+        Items are sorted by length and run ``batch_size`` at a time; a batch holds items whose lengths
+        are within ``max_stretch`` of its shortest, and each is tiled (its own frames repeated) to the
+        longest. Tiling rather than zero padding keeps other audio and silence out of the statistics
+        pooling; within the stretch limit no frame is repeated more than once. Not L2-normalised.
+        """
+        if batch_size < 1 or max_stretch < 1.0:
+            raise ValueError(f"batch_size >= 1 and max_stretch >= 1 needed, got {batch_size}, {max_stretch}")
+        items = [np.asarray(f, np.float32) for f in feats]
+        for f in items:
+            if f.ndim != 2 or f.shape[1] != self.N_MELS or f.shape[0] < 1:
+                raise ValueError(f"expected features of shape (T>=1, {self.N_MELS}), got {f.shape}")
+        out = np.empty((len(items), self.DIM), np.float32)
+        order = sorted(range(len(items)), key=lambda i: items[i].shape[0])
+        i = 0
+        while i < len(order):
+            first = items[order[i]].shape[0]
+            j = i + 1
+            while j < len(order) and j - i < batch_size and items[order[j]].shape[0] <= first * max_stretch:
+                j += 1
+            group = order[i:j]
+            t = items[group[-1]].shape[0]
+            x = np.stack([np.resize(items[k], (t, self.N_MELS)) for k in group])
+            (emb,) = self.session.run([OUTPUT_NAME], {INPUT_NAME: x})
+            out[group] = emb
+            i = j
+        return out
 
     def embed(self, wave: np.ndarray, relu: bool = False) -> np.ndarray:
         """(192,) float32 embedding of a 16 kHz mono waveform; not L2-normalised."""
