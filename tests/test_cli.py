@@ -118,7 +118,7 @@ def test_serve_refuses_to_start_without_models(tmp_path: Path) -> None:
         timeout=120,
     )
     assert proc.returncode == 2
-    assert "verilive models pull campplus silero_vad" in proc.stderr
+    assert "verilive models pull campplus pyannote_segmentation" in proc.stderr.replace("\n", "")
 
 
 def test_serve_port_in_use_exits_nonzero(models_settings: Settings) -> None:

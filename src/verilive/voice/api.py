@@ -30,7 +30,7 @@ from verilive.server.types import Int32
 from verilive.server.uploads import OCTET_STREAM_BODY, read_part, read_raw_body, require_multipart
 from verilive.voice.antispoof import AntiSpoof
 from verilive.voice.attributes import AttributesEstimator
-from verilive.voice.diarization import DiarizationConfig, Diarizer
+from verilive.voice.diarization import DiarizationConfig
 from verilive.voice.engine import (
     INIT_DATA_ID,
     VoiceEngine,
@@ -175,8 +175,7 @@ QualityCheckThresholds = Annotated[QualityThresholds, Depends(quality_check_thre
 
 
 def diarize(ctx: ServiceContext, audio: Audio, num_speakers: int | None) -> dict[str, list[AudioInterval]]:
-    diarizer = ctx.engine("diarizer", lambda: Diarizer.from_engine(engine_of(ctx)))
-    turns = diarizer.diarize(audio.mono(), audio.sample_rate, num_speakers)
+    turns = engine_of(ctx).diarizer.diarize(audio.mono(), audio.sample_rate, num_speakers)
     return {k: [audio_interval(s, e, audio.sample_rate) for s, e in v] for k, v in turns.items()}
 
 

@@ -1,187 +1,158 @@
-"""Speaker diarization: who spoke when, from Silero VAD and CAM++ embeddings (docs/diarization.md).
+"""Speaker diarization: who spoke when, overlap included, with segmentation-3.0 and CAM++.
 
-    diarizer = Diarizer.from_engine(engine)
+See docs/diarization.md for the measurements behind each choice.
+
+    diarizer = Diarizer(Segmenter.from_registry(registry), CamPlusPlus.from_registry(registry))
     turns = diarizer.diarize(wave, sample_rate)          # {"0": [(start, end), ...], "1": [...]}
 
 Pipeline, each step a parameter of :class:`DiarizationConfig`:
 
-1. **Speech.** One Silero VAD pass; its probabilities are segmented with ``config.vad``.
-2. **Windows.** Each speech region is covered by windows of ``window_s`` every ``hop_s``, the last
-   one aligned to the region's end. A region shorter than a window but at least ``min_region_s``
-   long gets one window whose fbank frames are the region's own, repeated to the window length, so
-   every window has the same shape and ``batch_size`` windows go through CAM++ in one ONNX call.
+1. **Local segmentation.** 10 s chunks every ``step_s`` go through segmentation-3.0
+   (``verilive.voice.segmentation``), which gives each 16.9 ms frame a distribution over "nobody",
+   one of three *local* speakers, or two of them. A frame has speech when P(nobody) is below
+   ``speech_threshold`` and a second speaker when, besides, P(two speakers) exceeds
+   ``overlap_threshold``; the active local speakers are the most probable ones.
+2. **Embeddings.** Each (chunk, local speaker) with at least ``min_clean_s`` of speech where it is
+   the only one speaking gets a CAM++ embedding of those frames alone (fbank frames selected from the
+   chunk's own fbank, ``CamPlusPlus.embed_batch``).
 3. **Clustering.** Average-linkage agglomerative clustering on the cosine similarity of the unit
-   embeddings of at most ``max_cluster_windows`` windows (evenly spread). Merging stops below
-   ``threshold``; clusters of fewer than ``min_cluster_windows`` windows are not speakers and their
-   windows go to the nearest speaker. ``num_speakers`` cuts the same tree where it has exactly that
-   many clusters instead.
-4. **Assignment.** Every window (sampled or not) goes to its most similar speaker centroid.
-5. **Resegmentation.** Each speech frame of ``frame_s`` takes the speaker with the most votes from the
-   windows covering it, each vote weighted by a triangle that peaks at its window's centre; a
-   majority filter of ``smooth_s`` and a minimum run of ``min_segment_s`` remove flicker.
-6. **Overlap.** Where the overlapped-speech detector (``verilive.voice.overlap``) flags speech as two
-   voices at once, a second speaker is added: the nearest other speaker in time (``add_overlap``).
+   embeddings (at most ``max_cluster_items``, evenly spread). Merging stops below ``threshold``;
+   clusters smaller than ``min_cluster_size`` are not speakers. ``num_speakers`` cuts the same tree
+   into that many speakers instead (``_cut_given``).
+4. **Linking.** Every embedded local speaker goes to its most similar speaker centroid. A local
+   speaker without an embedding goes to the speaker most active at its frames in the other chunks.
+5. **Reconstruction.** Per global frame, the number of speakers is the mean over the chunks that
+   see it of their number of active local speakers, rounded; which speakers are the ones whose linked
+   local speakers were active there in the most chunks. Where the count asks for a speaker that no
+   linked local speaker provides (a local speaker with too little clean speech to embed), the nearest
+   speaker in time who is not already speaking there is taken.
 
-Memory for long input is linear in its length with small constants, never quadratic: one float32
-embedding (768 bytes) per window, a fixed clustering sample (``max_cluster_windows``² float64 =
-8 MB at 1000), one batch of features (``batch_size`` x frames x 80 float32 = 0.8 MB at 16 x 148), and
-votes for one speech region at a time; outside the Python heap, onnxruntime's activations for one
-batch (about 110 MB at ``batch_size`` 16). See docs/diarization.md for the measured figures.
+Memory for long input is linear in its length with small constants: per chunk (one every
+``step_s``) 1.8 KB of local activity and 2.3 KB of embeddings; per 16.9 ms frame a score per
+speaker (4 bytes each); one batch of chunks (``batch_size`` x 640 KB of audio) at a time; clustering
+at most ``max_cluster_items``² float64 (8 MB at 1000). See docs/diarization.md for measured figures.
 """
 
 from __future__ import annotations
 
-import itertools
 import math
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, replace
 
 import numpy as np
 
 from verilive.audio.resample import resample
 from verilive.errors import InvalidParameter
-from verilive.voice.campplus import INPUT_NAME, OUTPUT_NAME, CamPlusPlus, normalise
-from verilive.voice.overlap import FRAME_S as OVERLAP_FRAME_S
-from verilive.voice.overlap import OverlapDetector
-from verilive.voice.vad import SileroVad, VadConfig, segments_from_probabilities
-
-if TYPE_CHECKING:
-    from verilive.voice.engine import VoiceEngine
+from verilive.voice.campplus import CamPlusPlus, normalise
+from verilive.voice.segmentation import (
+    CHUNK_SAMPLES,
+    FRAME_CENTRE0,
+    FRAME_STEP,
+    MAX_LOCAL,
+    N_FRAMES,
+    POWERSET,
+    Segmenter,
+    chunk_starts,
+)
 
 __all__ = ["DiarizationConfig", "Diarizer"]
 
-SR = CamPlusPlus.SAMPLE_RATE
-_FRAME_SHIFT = 160  # CAM++ fbank hop (10 ms at 16 kHz)
-# Input rates other than 16 kHz are resampled window by window; this much audio on each side keeps
-# soxr's edge transient out of the window (its HQ filter is a few ms long).
+SR = 16000
+_FBANK_SHIFT = 160  # CAM++ fbank hop (10 ms)
+_FBANK_CENTRE0 = 200  # centre of fbank frame 0 (25 ms frames)
+# Input rates other than 16 kHz are resampled chunk by chunk; this much audio on each side keeps
+# soxr's edge transient out of the chunk (its HQ filter is a few ms long).
 _RESAMPLE_MARGIN = 800
+_TWO = POWERSET.sum(axis=1) == 2  # powerset classes with two speakers
 
 
 @dataclass(frozen=True)
 class DiarizationConfig:
-    """Every rule of the diarizer. Defaults were tuned on the AMI dev excerpts (docs/diarization.md).
+    """Every rule of the diarizer. Defaults chosen on the AMI dev excerpts with the two-speaker sample
+    as a guard, and checked by leave-one-excerpt-out (docs/diarization.md).
 
-    vad: speech segmentation of the VAD probabilities. The defaults are Silero's usual operating point
-        with wider padding and gap merging than the speech summary, so that quiet word edges of
-        far-field speech are kept and short pauses do not cut a turn into regions too short to embed.
-    window_s: length of the audio each embedding sees. Longer windows give steadier embeddings but
-        blur speaker changes and mix speakers more often.
-    hop_s: step between windows of a region; every speech frame is covered by about window_s / hop_s
-        windows.
-    min_region_s: speech regions shorter than this get no embedding of their own (too short to say
-        who speaks); their frames take the speaker of the nearest window in time.
-    batch_size: windows per ONNX call. onnxruntime's activations take about 6.7 MB per window of the
-        batch (110 MB at 16, 430 MB at 64, kept by its arena), while batches beyond 16 saved only about
-        10 % of the model time.
+    step_s: step between 10 s segmentation chunks; every frame is seen by about 10 / step_s chunks.
+        Rounded to whole segmentation frames (16.875 ms) so chunk frames fall on one global grid.
+    speech_threshold: a frame has speech when the model's P(nobody) is below this. Above the argmax
+        rule's effective 0.5 because the model misses quiet far-field speech more than it invents it.
+    overlap_threshold: a speech frame has two speakers when P(two speakers) exceeds this. The model
+        is cautious about overlap: at its argmax it found under half the overlapped speech.
+    min_clean_s: a local speaker gets an embedding when it speaks alone for at least this long in
+        the chunk. Shorter speech gives unreliable embeddings; its frames are still counted.
     threshold: average-linkage clustering merges clusters while the mean cosine similarity between
         their embeddings is at least this. Lower means fewer speakers.
-    min_cluster_windows: a cluster of fewer windows is not a speaker: its windows go to the nearest
-        speaker. Stops a few windows of overlap, laughter or noise from becoming speakers of their own.
+    min_cluster_size: clusters with fewer embeddings are not speakers; their local speakers go to
+        the nearest speaker.
+    given_min_size: with ``num_speakers`` given, clusters of at least this many embeddings are the
+        speakers counted against it. A voice that speaks for a moment is seen by several chunks;
+        one stray embedding (a laugh, a mixed voice) is not, and counting it as a speaker made
+        the tree's last split "the stray one against everyone else".
     max_speakers: the most speakers reported, and the largest ``num_speakers`` accepted.
-    max_cluster_windows: the clustering sees at most this many windows, evenly spread over the audio;
-        the rest are assigned to the resulting centroids. Bounds its memory (n² similarities) and time
-        (n³ worst case) for long audio.
-    frame_s: resolution of the speaker decision inside speech.
-    smooth_s: majority filter over frames: a frame takes the most frequent speaker within this span.
-    min_segment_s: a speaker run inside a speech region shorter than this joins its longer neighbour.
-    overlap: detect overlapped speech (``Diarizer.from_engine`` then loads the overlap detector) and
-        give each overlapped frame a second speaker: the one, among those not already speaking there,
-        whose nearest turn is closest in time. Off: one speaker per instant.
-    overlap_threshold: overlap probability from which a frame is overlapped; None takes the model's
-        own, chosen on its simulated validation data (docs/model-overlap.md).
-    min_overlap_s: overlapped stretches shorter than this are ignored.
+    max_cluster_items: the clustering sees at most this many embeddings, evenly spread over the
+        audio; the rest are linked to the resulting centroids. Bounds its memory (n² similarities)
+        and time (n³ worst case) for long audio.
+    batch_size: segmentation chunks per ONNX call (and per embedding batch).
     """
 
-    vad: VadConfig = field(
-        default_factory=lambda: VadConfig(
-            threshold=0.3, neg_threshold=0.15, min_speech_ms=250.0, min_silence_ms=300.0, speech_pad_ms=250.0
-        )
-    )
-    window_s: float = 1.5
-    hop_s: float = 0.75
-    min_region_s: float = 0.3
-    batch_size: int = 16
-    threshold: float = 0.375
-    min_cluster_windows: int = 3
+    step_s: float = 1.0
+    speech_threshold: float = 0.6
+    overlap_threshold: float = 0.2
+    min_clean_s: float = 0.25
+    threshold: float = 0.45
+    min_cluster_size: int = 1
+    given_min_size: int = 3
     max_speakers: int = 10
-    max_cluster_windows: int = 1000
-    frame_s: float = 0.02
-    smooth_s: float = 0.5
-    min_segment_s: float = 0.3
-    overlap: bool = True
-    overlap_threshold: float | None = None
-    min_overlap_s: float = 0.1
+    max_cluster_items: int = 1000
+    batch_size: int = 8
 
     def __post_init__(self) -> None:
-        positive = ("window_s", "hop_s", "frame_s")
-        for name in positive:
+        if not (math.isfinite(self.step_s) and FRAME_STEP / SR <= self.step_s <= CHUNK_SAMPLES / SR):
+            raise ValueError(f"step_s must be between one frame and 10 s, got {self.step_s}")
+        for name in ("speech_threshold", "overlap_threshold"):
             v = getattr(self, name)
-            if not (math.isfinite(v) and v > 0):
-                raise ValueError(f"{name} must be a finite number > 0, got {v}")
-        if self.overlap_threshold is not None and not 0.0 <= self.overlap_threshold <= 1.0:
-            raise ValueError(f"overlap_threshold is a probability in [0, 1], got {self.overlap_threshold}")
-        for name in ("min_region_s", "smooth_s", "min_segment_s", "min_overlap_s"):
-            v = getattr(self, name)
-            if not (math.isfinite(v) and v >= 0):
-                raise ValueError(f"{name} must be a finite number >= 0, got {v}")
-        if self.window_s < 0.1:
-            raise ValueError(f"window_s must be at least 0.1 s, got {self.window_s}")
+            if not 0.0 <= v <= 1.0:
+                raise ValueError(f"{name} is a probability in [0, 1], got {v}")
+        if not (math.isfinite(self.min_clean_s) and 0.0 < self.min_clean_s <= CHUNK_SAMPLES / SR):
+            raise ValueError(f"min_clean_s must be in (0, 10] s, got {self.min_clean_s}")
         if not -1.0 <= self.threshold <= 1.0:
             raise ValueError(f"threshold is a cosine similarity in [-1, 1], got {self.threshold}")
-        for name in ("batch_size", "min_cluster_windows", "max_speakers"):
+        for name in ("batch_size", "min_cluster_size", "given_min_size", "max_speakers"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
-        if self.max_cluster_windows < 2:
-            raise ValueError(f"max_cluster_windows must be >= 2, got {self.max_cluster_windows}")
+        if self.max_cluster_items < 2:
+            raise ValueError(f"max_cluster_items must be >= 2, got {self.max_cluster_items}")
 
     @property
-    def window_samples(self) -> int:
-        """Window length at 16 kHz, a whole number of fbank hops so windows share one frame count."""
-        n = round(self.window_s * SR)
-        return max(400, 400 + (n - 400) // _FRAME_SHIFT * _FRAME_SHIFT)
-
-    @property
-    def window_frames(self) -> int:
-        return 1 + (self.window_samples - 400) // _FRAME_SHIFT
+    def step_frames(self) -> int:
+        return max(1, round(self.step_s * SR / FRAME_STEP))
 
 
 @dataclass(frozen=True)
-class Windows:
-    """The embedding windows of one audio, in time order; positions in 16 kHz samples."""
+class LocalSpeakers:
+    """What the chunks say, before linking: the input of clustering and reconstruction."""
 
-    start: np.ndarray  # int64, window start
-    end: np.ndarray  # int64, exclusive; shorter than a window only for repeated (short-region) windows
-    region: np.ndarray  # int64, index of the speech region the window lies in
+    offsets: np.ndarray  # (C,) int64 global frame index of each chunk's frame 0
+    active: np.ndarray  # (C, 589, 3) bool local speaker activity
+    embeddings: np.ndarray  # (C, 3, 192) float32 unit embeddings, NaN where a local speaker has none
+    n_frames: int  # global frames covering the audio (16 kHz samples / 270, rounded up)
 
-    def __len__(self) -> int:
-        return int(self.start.size)
+    @property
+    def embedded(self) -> np.ndarray:
+        return ~np.isnan(self.embeddings[:, :, 0])
 
 
 class Diarizer:
-    """Speaker diarization over a shared VAD and CAM++ model; thread-safe (no per-call state on self)."""
+    """Speaker diarization over shared segmentation and CAM++ models; thread-safe (no per-call state)."""
 
     def __init__(
-        self,
-        vad: SileroVad,
-        embedder: CamPlusPlus,
-        config: DiarizationConfig = DiarizationConfig(),
-        overlap: OverlapDetector | None = None,
+        self, segmenter: Segmenter, embedder: CamPlusPlus, config: DiarizationConfig = DiarizationConfig()
     ) -> None:
-        """``overlap``: the overlapped-speech detector; None gives one speaker per instant."""
-        self.vad = vad
+        self.segmenter = segmenter
         self.embedder = embedder
         self.config = config
-        self.overlap = overlap if config.overlap else None
-
-    @classmethod
-    def from_engine(cls, engine: VoiceEngine, config: DiarizationConfig = DiarizationConfig()) -> Diarizer:
-        return cls(engine.vad, engine.embedder, config, OverlapDetector() if config.overlap else None)
 
     def replace(self, **changes: object) -> Diarizer:
-        """The same models with some config fields changed (``overlap=False`` drops the detector)."""
-        from dataclasses import replace
-
-        return Diarizer(self.vad, self.embedder, replace(self.config, **changes), self.overlap)  # type: ignore[arg-type]
+        """The same models with some config fields changed."""
+        return Diarizer(self.segmenter, self.embedder, replace(self.config, **changes))  # type: ignore[arg-type]
 
     # ------------------------------------------------------------------ public
 
@@ -192,15 +163,16 @@ class Diarizer:
 
         Returns {"0": [(start, end), ...], "1": ...}: keys number the speakers in order of their first
         turn; intervals are [start, end) in input samples, sorted and disjoint within a speaker. Turns of
-        different speakers overlap where the overlap detector finds two voices at once (at most two
-        speakers per instant); without the detector one speaker is given per instant. No speech gives {}.
-        ``num_speakers``: the exact number of speakers when known (1..config.max_speakers). At most that
-        many keys: fewer when there are fewer windows than speakers, or when a speaker's every window is
-        outvoted by its neighbours in the resegmentation.
+        different speakers overlap where two people speak at once (at most two per instant). No speech
+        gives {}. ``num_speakers``: the number of speakers when known (1..config.max_speakers); the
+        embeddings are cut into exactly that many clusters. Fewer keys come back only when the audio
+        has fewer embedded local speakers than that, or when a cluster leads on no frame (asking for
+        more speakers than there are splits one of them, and the split-off part may never lead).
         """
         k = self.check_num_speakers(num_speakers)
-        probs, _ = self.vad.probabilities(wave, sample_rate)  # validates wave and rate
-        return self.diarize_probabilities(wave, sample_rate, probs, k)
+        x = _mono(wave, sample_rate)
+        local = self.local_speakers(x, sample_rate)
+        return self.link(local, x.size, sample_rate, k)
 
     def check_num_speakers(self, num_speakers: object) -> int | None:
         if num_speakers is None:
@@ -218,149 +190,213 @@ class Diarizer:
 
     # ------------------------------------------------------------------ stages
 
-    def diarize_probabilities(
-        self, wave: np.ndarray, sample_rate: int, probs: np.ndarray, num_speakers: int | None = None
-    ) -> dict[str, list[tuple[int, int]]]:
-        """:meth:`diarize` from VAD probabilities already computed for ``wave`` (one VAD pass per audio)."""
-        x = np.asarray(wave)
-        x = x[:, 0] if x.ndim == 2 else x
-        regions = segments_from_probabilities(probs, x.size, sample_rate, self.config.vad)
-        if not regions:
-            return {}
-        wins = self.windows(regions, sample_rate)
-        if len(wins) == 0:
-            return {}
-        units = self.embed(x, sample_rate, wins)
-        centroids = self.cluster(units, num_speakers)
-        labels = np.argmax(units @ centroids.T, axis=1)
-        turns = self.resegment_seconds(regions, sample_rate, wins, labels, len(centroids))
-        if self.overlap is not None and len(centroids) > 1:
-            p = self.overlap.probabilities_from(
-                lambda a, b: _audio16k(x, sample_rate, a, b), _to16k(x.size, sample_rate)
-            )
-            threshold = self.config.overlap_threshold
-            turns = add_overlap(
-                turns,
-                p,
-                self.overlap.threshold if threshold is None else threshold,
-                OVERLAP_FRAME_S,
-                round(self.config.min_overlap_s / OVERLAP_FRAME_S),
-            )
-        return _to_output(turns, sample_rate, x.size)
-
-    def windows(self, regions: list[tuple[int, int]], sample_rate: int) -> Windows:
-        """Windows over the speech regions (input samples), in 16 kHz samples."""
+    def local_speakers(self, x: np.ndarray, sample_rate: int) -> LocalSpeakers:
+        """Steps 1 and 2 over mono ``x`` at ``sample_rate``: one batch of chunks in memory at a time."""
         cfg = self.config
-        w, hop = cfg.window_samples, max(_FRAME_SHIFT, round(cfg.hop_s * SR) // _FRAME_SHIFT * _FRAME_SHIFT)
-        min_len = max(400, round(cfg.min_region_s * SR))
-        starts: list[np.ndarray] = []
-        ends: list[np.ndarray] = []
-        ridx: list[np.ndarray] = []
-        for i, (s_in, e_in) in enumerate(regions):
-            a, b = _to16k(s_in, sample_rate), _to16k(e_in, sample_rate)
-            if b - a >= w:
-                s = np.arange(a, b - w + 1, hop, dtype=np.int64)
-                if s[-1] + w < b:  # cover the region's tail too
-                    s = np.append(s, b - w)
-                e = s + w
-            elif b - a >= min_len:
-                s, e = np.array([a], np.int64), np.array([b], np.int64)
-            else:
-                continue
-            starts.append(s)
-            ends.append(e)
-            ridx.append(np.full(s.size, i, np.int64))
-        if not starts:
-            empty = np.zeros(0, np.int64)
-            return Windows(empty, empty, empty)
-        return Windows(np.concatenate(starts), np.concatenate(ends), np.concatenate(ridx))
+        n16 = _to16k(x.size, sample_rate)
+        step = cfg.step_frames * FRAME_STEP
+        starts = chunk_starts(n16, step)
+        active = np.empty((starts.size, N_FRAMES, MAX_LOCAL), bool)
+        emb = np.full((starts.size, MAX_LOCAL, CamPlusPlus.DIM), np.nan, np.float32)
+        for b0 in range(0, starts.size, cfg.batch_size):
+            group = starts[b0 : b0 + cfg.batch_size]
+            chunks = np.stack([_audio16k(x, sample_rate, int(s), int(s) + CHUNK_SAMPLES) for s in group])
+            act = self.decide(np.exp(self.segmenter.log_probs(chunks)))
+            active[b0 : b0 + group.size] = act
+            emb[b0 : b0 + group.size] = self.embed_local(chunks, act)
+        offsets = np.round(starts / FRAME_STEP).astype(np.int64)
+        n_frames = max(1, -(-n16 // FRAME_STEP))
+        return LocalSpeakers(offsets, active, emb, n_frames)
 
-    def embed(self, wave: np.ndarray, sample_rate: int, wins: Windows) -> np.ndarray:
-        """(n, 192) unit CAM++ embeddings of the windows, ``batch_size`` windows per ONNX call."""
+    def decide(self, probs: np.ndarray) -> np.ndarray:
+        """(..., 589, 3) bool local activity from powerset probabilities (..., 589, 7) (step 1)."""
         cfg = self.config
-        t = cfg.window_frames
-        out = np.empty((len(wins), CamPlusPlus.DIM), np.float32)
-        for b0 in range(0, len(wins), cfg.batch_size):
-            b1 = min(len(wins), b0 + cfg.batch_size)
-            feats = np.empty((b1 - b0, t, CamPlusPlus.N_MELS), np.float32)
-            for j, i in enumerate(range(b0, b1)):
-                audio = _audio16k(wave, sample_rate, int(wins.start[i]), int(wins.end[i]))
-                lm = self.embedder.log_mel(audio)
-                if lm.shape[0] < t:
-                    # Short region: its own frames repeated, so the statistics pooling sees only this
-                    # speech (zero padding or neighbouring audio would enter the embedding).
-                    lm = np.resize(lm, (t, lm.shape[1]))
-                feats[j] = normalise(lm[:t])
-            (emb,) = self.embedder.session.run([OUTPUT_NAME], {INPUT_NAME: feats})
-            out[b0:b1] = emb
-        return out / np.maximum(np.linalg.norm(out, axis=1, keepdims=True), 1e-12)
+        speech = probs[..., 0] < cfg.speech_threshold
+        two = speech & (probs[..., _TWO].sum(axis=-1) > cfg.overlap_threshold)
+        marginal = probs @ POWERSET.astype(probs.dtype)
+        rank = np.argsort(-marginal, axis=-1, kind="stable")
+        out = np.zeros(marginal.shape, bool)
+        np.put_along_axis(out, rank[..., :1], speech[..., None], axis=-1)
+        np.put_along_axis(out, rank[..., 1:2], two[..., None], axis=-1)
+        return out
+
+    def embed_local(self, chunks: np.ndarray, active: np.ndarray) -> np.ndarray:
+        """(B, 3, 192) unit embeddings of each chunk's local speakers on their clean frames (step 2)."""
+        cfg = self.config
+        out = np.full((chunks.shape[0], MAX_LOCAL, CamPlusPlus.DIM), np.nan, np.float32)
+        items: list[np.ndarray] = []
+        where: list[tuple[int, int]] = []
+        min_frames = round(cfg.min_clean_s * SR / _FBANK_SHIFT)
+        for c in range(chunks.shape[0]):
+            lm = self.embedder.log_mel(chunks[c])
+            seg_frame = _fbank_to_segmentation(lm.shape[0])
+            alone = active[c] & (active[c].sum(axis=1, keepdims=True) == 1)
+            for k in range(MAX_LOCAL):
+                sel = alone[seg_frame, k]
+                if int(sel.sum()) >= min_frames:
+                    items.append(normalise(lm[sel]))
+                    where.append((c, k))
+        if items:
+            e = self.embedder.embed_batch(items, batch_size=16)
+            e /= np.maximum(np.linalg.norm(e, axis=1, keepdims=True), 1e-12)
+            for (c, k), row in zip(where, e, strict=True):
+                out[c, k] = row
+        return out
 
     def cluster(self, units: np.ndarray, num_speakers: int | None = None) -> np.ndarray:
-        """(k, 192) unit speaker centroids from unit window embeddings."""
+        """(K, 192) unit speaker centroids from unit embeddings (step 3)."""
         cfg = self.config
         n = units.shape[0]
-        idx = np.unique(np.linspace(0, n - 1, min(n, cfg.max_cluster_windows)).round().astype(np.int64))
+        if n == 1:
+            return units.copy()
+        idx = np.unique(np.linspace(0, n - 1, min(n, cfg.max_cluster_items)).round().astype(np.int64))
         x = units[idx]
         merges = _average_linkage(x)
         m = x.shape[0]
+        n_merges = int(np.sum(merges[:, 2] >= cfg.threshold))
+        labels = _cut(merges, m, n_merges)
         if num_speakers is None:
-            n_merges = int(np.sum(merges[:, 2] >= cfg.threshold))
-            labels = _cut(merges, m, n_merges)
-            speakers = _large_clusters(labels, cfg.min_cluster_windows)
+            speakers = _large_clusters(labels, cfg.min_cluster_size)
             if len(speakers) > cfg.max_speakers:
                 labels, _ = _cut_for(merges, m, cfg.max_speakers)
-                speakers = _large_clusters(labels, cfg.min_cluster_windows)
+                speakers = _large_clusters(labels, cfg.min_cluster_size)
         else:
-            labels, speakers = _cut_for(merges, m, num_speakers)
+            labels, speakers = _cut_given(merges, m, n_merges, num_speakers, cfg.given_min_size)
         cents = np.stack([x[labels == c].mean(axis=0) for c in speakers])
         return cents / np.maximum(np.linalg.norm(cents, axis=1, keepdims=True), 1e-12)
 
-    def resegment_seconds(
-        self,
-        regions: list[tuple[int, int]],
-        sample_rate: int,
-        wins: Windows,
-        labels: np.ndarray,
-        n_speakers: int,
-    ) -> list[list[tuple[float, float]]]:
-        """Frame-level speaker decision inside each speech region, smoothed; turns in seconds per speaker."""
-        cfg = self.config
-        fs = cfg.frame_s
-        smooth = max(1, round(cfg.smooth_s / fs))
-        min_run = round(cfg.min_segment_s / fs)
-        centres = (wins.start + wins.end) / (2.0 * SR)  # seconds
-        turns: list[list[tuple[float, float]]] = [[] for _ in range(n_speakers)]
-        bounds = np.searchsorted(wins.region, np.arange(len(regions) + 1))
-        for r, (s_in, e_in) in enumerate(regions):
-            t0, t1 = s_in / sample_rate, e_in / sample_rate
-            n_frames = max(1, round((t1 - t0) / fs))
-            lo, hi = bounds[r], bounds[r + 1]
-            if hi == lo:
-                # No window of its own: the speaker of the nearest window in time.
-                near = int(np.argmin(np.abs(centres - 0.5 * (t0 + t1))))
-                turns[int(labels[near])].append((t0, t1))
-                continue
-            df = (t1 - t0) / n_frames
-            t = t0 + (np.arange(n_frames) + 0.5) * df
-            votes = np.zeros((n_frames, n_speakers), np.float32)
-            for i in range(lo, hi):
-                ws, we = wins.start[i] / SR, wins.end[i] / SR
-                half = max(we - ws, 1e-3) / 2.0
-                a = max(0, math.floor((ws - t0) / df))
-                b = min(n_frames, math.ceil((we - t0) / df))
-                # Triangle weight: a window knows its centre best and its edges least; 0 outside.
-                votes[a:b, labels[i]] += np.clip(1.0 - np.abs(t[a:b] - centres[i]) / half, 0.0, None)
-            lab = np.argmax(votes, axis=1)
-            lab = _majority_filter(lab, n_speakers, smooth)
-            lab = _absorb_short_runs(lab, min_run)
-            cuts = np.flatnonzero(np.diff(lab)) + 1
-            edges = np.concatenate([[0], cuts, [n_frames]])
-            for a, b in itertools.pairwise(edges):
-                turns[int(lab[a])].append((t0 + a * (t1 - t0) / n_frames, t0 + b * (t1 - t0) / n_frames))
-        return turns
+    def link(
+        self, local: LocalSpeakers, n_samples: int, sample_rate: int, num_speakers: int | None = None
+    ) -> dict[str, list[tuple[int, int]]]:
+        """Steps 3 to 5: turns in input samples from the chunks' local speakers."""
+        embedded = local.embedded
+        if not embedded.any():
+            # Speech too short to embed anywhere: one anonymous speaker, or nobody.
+            frames = self.speaker_count(local) > 0
+            return _to_output(frames[:, None], n_samples, sample_rate) if frames.any() else {}
+        centroids = self.cluster(local.embeddings[embedded], num_speakers)
+        sims = np.nan_to_num(local.embeddings) @ centroids.T  # (C, 3, K)
+        speaker = np.where(embedded, np.argmax(sims, axis=-1), -1)
+        return _to_output(self.reconstruct(local, speaker, len(centroids)), n_samples, sample_rate)
+
+    def speaker_count(self, local: LocalSpeakers) -> np.ndarray:
+        """(T,) int: speakers per global frame, the rounded mean over the chunks that see it."""
+        total = np.zeros(local.n_frames + N_FRAMES, np.float32)
+        seen = np.zeros_like(total)
+        for off, act in zip(local.offsets, local.active, strict=True):
+            total[off : off + N_FRAMES] += act.sum(axis=1)
+            seen[off : off + N_FRAMES] += 1
+        return np.rint(total / np.maximum(seen, 1))[: local.n_frames].astype(np.int64)
+
+    def reconstruct(self, local: LocalSpeakers, speaker: np.ndarray, k: int) -> np.ndarray:
+        """(T, K) bool global activity (step 5); ``speaker`` (C, 3) links local speakers (-1: none)."""
+        t = local.n_frames
+        score = np.zeros((t + N_FRAMES, k), np.float32)
+        for off, act, spk in zip(local.offsets, local.active, speaker, strict=True):
+            for j in np.flatnonzero(spk >= 0):
+                score[off : off + N_FRAMES, spk[j]] += act[:, j]
+        score += self.co_active(local, speaker, score)
+        score = score[:t]
+        count = np.minimum(self.speaker_count(local), k)
+        rank = np.argsort(-score, axis=1, kind="stable")
+        out = np.zeros((t, k), bool)
+        for j in range(int(count.max(initial=0))):
+            rows = np.flatnonzero(count > j)
+            cols = rank[rows, j]
+            heard = score[rows, cols] > 0
+            out[rows[heard], cols[heard]] = True
+        return _fill_nearest(out, count)
+
+    @staticmethod
+    def co_active(local: LocalSpeakers, speaker: np.ndarray, linked: np.ndarray) -> np.ndarray:
+        """Scores of the local speakers without an embedding, each added to the speaker who is most
+        active where it is, in the other chunks (``linked``: the linked speakers' scores). A speaker
+        already linked in the same chunk is not a candidate: the model keeps one voice per index."""
+        extra = np.zeros_like(linked)
+        for off, act, spk in zip(local.offsets, local.active, speaker, strict=True):
+            for j in np.flatnonzero((spk < 0) & act.any(axis=0)):
+                on = act[:, j]
+                agree = linked[off : off + N_FRAMES][on].sum(axis=0)
+                agree[spk[spk >= 0]] = -1.0
+                if agree.max(initial=-1.0) > 0:
+                    extra[off : off + N_FRAMES, int(np.argmax(agree))] += on
+        return extra
 
 
-# ---------------------------------------------------------------------------------- helpers
+def _mono(wave: np.ndarray, sample_rate: int) -> np.ndarray:
+    """Validated mono float view of ``wave``; the same rules as the VAD's input."""
+    x = np.asarray(wave)
+    if x.ndim == 2 and x.shape[1] == 1:
+        x = x[:, 0]
+    if x.ndim != 1:
+        raise InvalidParameter(f"diarization input must be mono: 1-D or (frames, 1), got shape {x.shape}")
+    if x.size and not np.issubdtype(x.dtype, np.floating):
+        # int16 PCM would be 32768 times too loud; the caller must scale it to [-1, 1].
+        raise InvalidParameter(f"diarization input must be floating point in [-1, 1], got {x.dtype}")
+    if isinstance(sample_rate, bool) or not isinstance(sample_rate, int | np.integer) or sample_rate <= 0:
+        raise InvalidParameter(f"sample rate must be a positive whole number of Hz, got {sample_rate!r}")
+    return np.asarray(x, np.float32)
+
+
+def _fbank_to_segmentation(n_fbank: int) -> np.ndarray:
+    """Segmentation frame whose centre is nearest each fbank frame's centre, within one chunk."""
+    centre = _FBANK_SHIFT * np.arange(n_fbank) + _FBANK_CENTRE0
+    return np.clip(np.rint((centre - FRAME_CENTRE0) / FRAME_STEP), 0, N_FRAMES - 1).astype(np.int64)
+
+
+def _fill_nearest(out: np.ndarray, count: np.ndarray) -> np.ndarray:
+    """Frames with fewer speakers than ``count`` get the missing ones: those not speaking there whose
+    nearest activity is closest in time (overlap in meetings is mostly the next speaker starting early,
+    the last one finishing late, or a back-channel from someone who has just spoken)."""
+    t, k = out.shape
+    need = np.flatnonzero(out.sum(axis=1) < count)
+    if need.size == 0:
+        return out
+    idx = np.arange(t)
+    dist = np.full((k, need.size), np.inf)
+    for g in range(k):
+        a = out[:, g]
+        if not a.any():
+            continue
+        last = np.maximum.accumulate(np.where(a, idx, -(10**12)))
+        nxt = np.minimum.accumulate(np.where(a, idx, 10**12)[::-1])[::-1]
+        dist[g] = np.minimum(need - last[need], nxt[need] - need)
+    dist[out[need].T] = np.inf  # already speaking there
+    order = np.argsort(dist, axis=0, kind="stable")
+    missing = count[need] - out[need].sum(axis=1)
+    for j in range(int(missing.max())):
+        cols = order[j]
+        ok = (missing > j) & np.isfinite(dist[cols, np.arange(need.size)])
+        out[need[ok], cols[ok]] = True
+    return out
+
+
+def _to_output(active: np.ndarray, n_samples: int, sample_rate: int) -> dict[str, list[tuple[int, int]]]:
+    """(T, K) frame activity to {key: [(start, end), ...]} in input samples, keys by first turn.
+
+    Frame j stands for the 16 kHz samples within half a step of its centre, 495 + 270 j.
+    """
+    half = FRAME_STEP // 2
+    spans: list[list[tuple[int, int]]] = []
+    for g in range(active.shape[1]):
+        edges = np.diff(np.concatenate([[0], active[:, g].astype(np.int8), [0]]))
+        first, last = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1) - 1
+        turns = []
+        for a, b in zip(first, last, strict=True):
+            s16 = 0 if a == 0 else FRAME_CENTRE0 + FRAME_STEP * int(a) - half
+            e16 = FRAME_CENTRE0 + FRAME_STEP * int(b) + (FRAME_STEP - half)
+            s, e = _from16k(s16, sample_rate, n_samples), _from16k(e16, sample_rate, n_samples)
+            if e > s:
+                turns.append((s, e))
+        if turns:
+            spans.append(turns)
+    spans.sort(key=lambda t: t[0][0])
+    return {str(i): t for i, t in enumerate(spans)}
+
+
+def _from16k(sample: int, sample_rate: int, n_samples: int) -> int:
+    s = sample if sample_rate == SR else round(sample * sample_rate / SR)
+    return min(n_samples, max(0, s))
 
 
 def _to16k(sample: int, sample_rate: int) -> int:
@@ -438,121 +474,25 @@ def _cut_for(merges: np.ndarray, m: int, k: int) -> tuple[np.ndarray, list[int]]
     return labels, [int(i) for i in ids[np.argsort(-counts, kind="stable")]]
 
 
-def _majority_filter(lab: np.ndarray, k: int, width: int) -> np.ndarray:
-    """Each frame takes the most frequent label in the ``width`` frames centred on it."""
-    if width <= 1 or lab.size <= 1 or k == 1:
-        return lab
-    onehot = np.zeros((lab.size + 1, k), np.int32)
-    onehot[np.arange(1, lab.size + 1), lab] = 1
-    csum = np.cumsum(onehot, axis=0)
-    half = width // 2
-    i = np.arange(lab.size)
-    lo = np.clip(i - half, 0, lab.size)
-    hi = np.clip(i + width - half, 0, lab.size)
-    counts = csum[hi] - csum[lo]
-    best = np.argmax(counts, axis=1)
-    # Ties keep the frame's own label (argmax alone would favour the lower speaker index).
-    own = counts[i, lab]
-    return np.where(own >= counts[i, best], lab, best)
+def _cut_given(
+    merges: np.ndarray, m: int, n_merges: int, k: int, min_size: int
+) -> tuple[np.ndarray, list[int]]:
+    """Labels and the ``k`` speaker clusters, largest first, when the caller gives the count.
 
-
-def _absorb_short_runs(lab: np.ndarray, min_run: int) -> np.ndarray:
-    """Runs shorter than ``min_run`` frames take the label of their longer neighbour, shortest first."""
-    if min_run <= 1 or lab.size == 0:
-        return lab
-    cuts = np.flatnonzero(np.diff(lab)) + 1
-    starts = np.concatenate([[0], cuts]).tolist()
-    lengths = np.diff(np.concatenate([[0], cuts, [lab.size]])).tolist()
-    values = lab[starts].tolist()
-    while len(lengths) > 1:
-        j = min(range(len(lengths)), key=lengths.__getitem__)
-        if lengths[j] >= min_run:
-            break
-        left = lengths[j - 1] if j > 0 else -1
-        right = lengths[j + 1] if j + 1 < len(lengths) else -1
-        n = j - 1 if left >= right else j + 1
-        lengths[n] += lengths[j]
-        del lengths[j], values[j]
-        # Its two neighbours are now adjacent (indices j - 1, j): one run if they share a speaker.
-        if 0 < j < len(values) and values[j - 1] == values[j]:
-            lengths[j - 1] += lengths[j]
-            del lengths[j], values[j]
-    return np.repeat(np.array(values, lab.dtype), lengths)
-
-
-def add_overlap(
-    turns: list[list[tuple[float, float]]],
-    p: np.ndarray,
-    threshold: float,
-    frame_s: float,
-    min_frames: int,
-) -> list[list[tuple[float, float]]]:
-    """Turns (seconds, per speaker) with a second speaker on the overlapped frames of speech.
-
-    ``p``: overlap probability per frame of ``frame_s``. A frame is overlapped when ``p`` reaches
-    ``threshold`` inside a run of at least ``min_frames`` such frames and someone speaks there. Its
-    second speaker is the one not speaking there whose nearest turn is closest in time: overlap in
-    meetings is mostly the next speaker starting early, the last one finishing late, or a
-    back-channel from someone who has just spoken.
+    From the threshold cut (``n_merges``), merging continues while there are more than ``k`` clusters
+    of at least ``min_size`` members; if that leaves exactly ``k`` such clusters, they are the
+    speakers (the small ones are linked to them later). Otherwise (fewer than ``k`` clusters of that
+    size: a speaker barely spoke) the tree is cut at exactly ``k`` clusters, small ones included.
     """
-    n, k = p.size, len(turns)
-    if k < 2 or n == 0:
-        return turns
-    act = np.zeros((k, n), bool)
-    for j, spans in enumerate(turns):
-        for a, b in spans:
-            act[j, max(0, round(a / frame_s)) : max(0, round(b / frame_s))] = True
-    ovl = (p >= threshold) & act.any(axis=0)
-    edges = np.diff(np.concatenate([[0], ovl.astype(np.int8), [0]]))
-    starts, ends = np.flatnonzero(edges == 1), np.flatnonzero(edges == -1)
-    keep = (ends - starts) >= max(1, min_frames)
-    frames = np.concatenate([np.arange(a, b) for a, b in zip(starts[keep], ends[keep], strict=True)] or [[]])
-    frames = frames.astype(np.int64)
-    if frames.size == 0:
-        return turns
-    idx = np.arange(n)
-    dist = np.empty((k, frames.size))
-    for j in range(k):
-        last = np.maximum.accumulate(np.where(act[j], idx, -(10**12)))
-        nxt = np.minimum.accumulate(np.where(act[j], idx, 10**12)[::-1])[::-1]
-        dist[j] = np.minimum(frames - last[frames], nxt[frames] - frames).astype(np.float64)
-    dist[act[:, frames]] = np.inf  # already speaking there
-    second = np.argmin(dist, axis=0)
-    ok = np.isfinite(dist[second, np.arange(frames.size)])
-    out = [list(spans) for spans in turns]
-    for j in range(k):
-        f = frames[ok & (second == j)]
-        if f.size == 0:
-            continue
-        cuts = np.flatnonzero(np.diff(f) > 1) + 1
-        for run in np.split(f, cuts):
-            out[j].append((float(run[0]) * frame_s, float(run[-1] + 1) * frame_s))
-    return out
-
-
-def _to_output(
-    turns: list[list[tuple[float, float]]], sample_rate: int, n_samples: int
-) -> dict[str, list[tuple[int, int]]]:
-    """Seconds to sorted, merged [start, end) input samples; keys by first appearance.
-
-    Turns less than a 20 ms frame apart are merged too: overlap runs are on a 20 ms grid from the
-    start of the audio and resegmentation frames from the start of each region, so a turn extended
-    by overlap would otherwise end a few samples short of its continuation.
-    """
-    tol = round(OVERLAP_FRAME_S * sample_rate)
-    spans: list[list[tuple[int, int]]] = []
-    for spk in turns:
-        merged: list[tuple[int, int]] = []
-        for a, b in sorted(spk):
-            s = min(n_samples, max(0, round(a * sample_rate)))
-            e = min(n_samples, max(0, round(b * sample_rate)))
-            if e <= s:
-                continue
-            if merged and s - merged[-1][1] < tol:
-                merged[-1] = (merged[-1][0], max(merged[-1][1], e))
-            else:
-                merged.append((s, e))
-        if merged:
-            spans.append(merged)
-    spans.sort(key=lambda segs: segs[0][0])
-    return {str(i): segs for i, segs in enumerate(spans)}
+    labels = _cut(merges, m, n_merges)
+    sizes = np.bincount(labels, minlength=m)
+    j = n_merges
+    while int(np.sum(sizes >= min_size)) > k and j < len(merges):
+        a, b = int(merges[j, 0]), int(merges[j, 1])
+        sizes[a] += sizes[b]
+        sizes[b] = 0
+        j += 1
+    if int(np.sum(sizes >= min_size)) == k:
+        order = np.argsort(-sizes, kind="stable")[:k]
+        return _cut(merges, m, j), [int(c) for c in order]
+    return _cut_for(merges, m, k)

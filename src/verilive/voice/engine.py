@@ -23,9 +23,11 @@ from verilive.models.sessions import ModelRegistry
 from verilive.voice import snr as snr_mod
 from verilive.voice.campplus import CamPlusPlus
 from verilive.voice.channel import CHANNEL_FLAG, model_inputs, resolve_channel
+from verilive.voice.diarization import Diarizer
 from verilive.voice.idlist import IdentificationList
 from verilive.voice.quality import QualityMetrics
 from verilive.voice.schemas import AudioInterval, ChannelType, SpeechEvent, SpeechInfo, SpeechSummary
+from verilive.voice.segmentation import Segmenter
 from verilive.voice.templates import VoiceTemplate, cosine, merge
 from verilive.voice.vad import SileroVad, VadConfig, segments_from_probabilities
 
@@ -72,7 +74,6 @@ class SpeechAnalysis:
     sample_rate: int
     segments: list[tuple[int, int]]  # speech [start, end) in samples: summary, SNR, quality
     template_segments: list[tuple[int, int]]  # wider, for embeddings (TEMPLATE_VAD)
-    probs: np.ndarray | None = None  # VAD speech probability per 32 ms window (for diarization)
 
     @cached_property
     def speech_samples(self) -> int:
@@ -104,18 +105,37 @@ def check_configuration(configuration: str | None) -> str:
 
 
 class VoiceEngine:
-    def __init__(self, vad: SileroVad, embedder: CamPlusPlus, calibration: MatchCalibration) -> None:
+    def __init__(
+        self,
+        vad: SileroVad,
+        embedder: CamPlusPlus,
+        calibration: MatchCalibration,
+        diarizer: Diarizer | None = None,
+    ) -> None:
+        """``diarizer``: needed by diarization and the multiple-speaker score; None leaves them out."""
         self.vad = vad
         self.embedder = embedder
         self.calibration = calibration
+        self._diarizer = diarizer
+        # The multiple-speaker score asks whether someone else speaks at all: one speaker per instant,
+        # as when its constants were measured (docs/voice.md).
+        self._turn_diarizer = diarizer.replace(overlap_threshold=1.0) if diarizer is not None else None
 
     @classmethod
     def from_registry(cls, registry: ModelRegistry) -> VoiceEngine:
+        embedder = CamPlusPlus.from_registry(registry)
         return cls(
             SileroVad.from_registry(registry),
-            CamPlusPlus.from_registry(registry),
+            embedder,
             MatchCalibration.packaged(),
+            Diarizer(Segmenter.from_registry(registry), embedder),
         )
+
+    @property
+    def diarizer(self) -> Diarizer:
+        if self._diarizer is None:
+            raise RuntimeError("this VoiceEngine was built without a diarizer; use from_registry")
+        return self._diarizer
 
     @property
     def init_data_id(self) -> str:
@@ -131,7 +151,6 @@ class VoiceEngine:
             sr,
             segments_from_probabilities(probs, wave.size, sr, self.vad.config),
             segments_from_probabilities(probs, wave.size, sr, TEMPLATE_VAD),
-            probs,
         )
 
     def speech_summary(self, audio: Audio) -> SpeechSummary:
@@ -175,11 +194,9 @@ class VoiceEngine:
 
     def second_speaker_seconds(self, a: SpeechAnalysis) -> float:
         """Speech of everyone but the main speaker, per the diarizer (speaker count estimated)."""
-        from verilive.voice.diarization import Diarizer  # diarization builds on this module
-
-        if a.probs is None:
-            a = self.analyse(Audio(a.wave.reshape(-1, 1), a.sample_rate))
-        turns = Diarizer(self.vad, self.embedder).diarize_probabilities(a.wave, a.sample_rate, a.probs)
+        if self._turn_diarizer is None:
+            raise RuntimeError("this VoiceEngine was built without a diarizer; use from_registry")
+        turns = self._turn_diarizer.diarize(a.wave, a.sample_rate)
         totals = sorted((sum(e - s for s, e in v) for v in turns.values()), reverse=True)
         return sum(totals[1:]) / a.sample_rate
 
