@@ -39,7 +39,8 @@ from eval import metrics
 from eval.face_attack_sim import camera_augment, print_attack, replay_attack
 from eval.trials import REPO, data_root, replace_section
 from verilive.config import Settings
-from verilive.face.engine import ErrorCode, FaceEngine, face_extent, sigmoid
+from verilive.face.engine import ErrorCode, FaceEngine, face_extent
+from verilive.numeric import sigmoid
 from verilive.face.fusion import load_fusion
 from verilive.face.pipelines import PIPELINES, Calibration
 from verilive.models.sessions import ModelRegistry

@@ -28,7 +28,8 @@ from train.face_pad_fusion import FUSION_OUT, bpcer_threshold, fit, session_weig
 from eval import metrics
 from eval.trials import REPO, data_root, replace_section
 from verilive.config import Settings
-from verilive.face.engine import FaceEngine, sigmoid
+from verilive.face.engine import FaceEngine
+from verilive.numeric import sigmoid
 from verilive.face.fusion import load_fusion
 from verilive.face.pipelines import Calibration
 from verilive.models.sessions import ModelRegistry

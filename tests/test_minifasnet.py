@@ -23,10 +23,10 @@ from verilive.face.minifasnet import (
     crop,
     crop_box,
     retinaface_like_box,
-    softmax,
 )
 from verilive.models.sessions import ModelRegistry
 from verilive.models.store import ModelStore
+from verilive.numeric import softmax
 
 ARCH = {V2: "MiniFASNetV2", V1SE: "MiniFASNetV1SE"}
 CHECKPOINT = {

@@ -11,13 +11,13 @@ and occlusion.
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 
+import cv2
 import numpy as np
 
 from verilive.config import Settings
@@ -26,16 +26,19 @@ from verilive.face.facepad import FacePAD
 from verilive.face.fusion import PipelineFusion, load_fusion
 from verilive.face.hyperfas import HyperFAS
 from verilive.face.image import DecodedImage, ImageError, decode_image
-from verilive.face.minifasnet import REAL_CLASS, V1SE, V2, MiniFASNet, retinaface_like_box, softmax
+from verilive.face.minifasnet import V1SE, V2, MiniFASNet, retinaface_like_box
 from verilive.face.occlusion import occlusion
 from verilive.face.pipelines import DEFAULT_PIPELINE, Calibration, Domain
 from verilive.face.quality import quality_factors
 from verilive.models.sessions import ModelRegistry
+from verilive.numeric import logit, sigmoid
 
 __all__ = [
+    "Assessment",
     "ErrorCode",
     "FaceEngine",
     "ImageResult",
+    "Rejection",
     "Validation",
 ]
 
@@ -60,8 +63,14 @@ class ErrorCode(StrEnum):
 MINIFASNET_BRANCHES = {"minifasnet_v2": V2, "minifasnet_v1se": V1SE}
 # Images of a batch whose crops go through the models together.
 CHUNK = 32
-# Live probabilities are clipped before the logit so that the score stays finite.
-P_EPS = 1e-6
+# A face whose roll is beyond the limit is looked for again in the image turned by these (OpenCV
+# rotate codes): photos re-encoded without their EXIF orientation show a face lying on its side.
+QUARTER_TURNS = (cv2.ROTATE_90_CLOCKWISE, cv2.ROTATE_90_COUNTERCLOCKWISE, cv2.ROTATE_180)
+_TURNS = {cv2.ROTATE_90_CLOCKWISE: 1, cv2.ROTATE_180: 2, cv2.ROTATE_90_COUNTERCLOCKWISE: 3}  # clockwise
+# A turn is taken only if it leaves the face within this share of the roll limit. The landmark roll
+# is rough at large angles (a head tilted 50 degrees, turned by 90, reads 22): a tilted head must
+# stay FACE_ANGLE_TOO_LARGE, while a face on its side turned upright reads under 15 (tests).
+UPRIGHT_ROLL_SHARE = 0.5
 
 
 @dataclass(frozen=True)
@@ -145,18 +154,41 @@ class _Checked:
     crops: dict[str, np.ndarray]  # branch -> its uint8 BGR crop
     quality: float
     details: dict[str, float]
+    quarter_turns: int = 0
 
 
-def sigmoid(x: float) -> float:
-    if x >= 0:
-        return 1.0 / (1.0 + math.exp(-x))
-    e = math.exp(x)
-    return e / (1.0 + e)
+@dataclass(frozen=True)
+class Rejection:
+    """Why an image cannot be judged: a validation code and a message for people."""
+
+    code: ErrorCode
+    message: str
+    # FACE_TOO_SMALL only: the face is big enough in pixels but too small for the image (the capture
+    # spec has its own message for that case).
+    relative_only: bool = False
 
 
-def _logit(p: np.ndarray) -> np.ndarray:
-    q = np.clip(p, P_EPS, 1.0 - P_EPS)
-    return np.log(q) - np.log1p(-q)
+@dataclass(frozen=True)
+class Assessment:
+    """Everything the face engine finds in one image: the public answer of :meth:`FaceEngine.assess`.
+
+    ``image`` is the decoded image (EXIF orientation applied), None when it cannot be decoded; the
+    face, quality and ``score`` (the pipeline's raw live log-odds, before any calibration) are
+    None when the image is rejected or was not scored. ``quarter_turns`` tells how the image was
+    turned to find the face upright (0 when it already was; see QUARTER_TURNS).
+    """
+
+    image: DecodedImage | None
+    rejection: Rejection | None = None
+    face: Face | None = None
+    quality: float | None = None
+    score: float | None = None
+    details: dict[str, float] = field(default_factory=dict)
+    quarter_turns: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return self.rejection is None
 
 
 # Where a whole face lies, from its landmarks, in units of d = max(eye distance, 0.9 x eye-to-mouth
@@ -234,69 +266,63 @@ class FaceEngine:
 
     # ------------------------------------------------------------------ validation
 
-    def validate(self, image: DecodedImage, domain: Domain = Domain.GENERAL) -> _Checked | ImageResult:
+    def _validate(self, image: DecodedImage, domain: Domain) -> _Checked | Rejection:
         """The face to judge, or the first rejection in the order of :class:`ErrorCode`."""
         v = self.validation.for_domain(domain)
         img = image.bgr
-        h, w = img.shape[:2]
         faces = self.detector.detect(img)
+        turns = 0
+        if faces and abs(faces[0].roll) > v.max_roll:
+            img, faces, turns = self._upright(img, faces, v.max_roll)
+        h, w = img.shape[:2]
         if not faces:
-            return ImageResult.rejected(ErrorCode.FACE_NOT_FOUND, "No face was found in the image", image)
+            return Rejection(ErrorCode.FACE_NOT_FOUND, "No face was found in the image")
         face = faces[0]  # largest first
         others = [f for f in faces[1:] if f.height >= v.secondary_face_relative * face.height]
         if others:
-            return ImageResult.rejected(
+            return Rejection(
                 ErrorCode.TOO_MANY_FACES,
                 f"{1 + len(others)} faces were found; the image must show one person",
-                image,
             )
         ipd = face.interpupillary_distance
-        if (
-            face.height < v.min_face_px
-            or face.height < v.min_face_relative * h
-            or ipd < v.min_interpupillary_px
-        ):
-            return ImageResult.rejected(
+        absolute = face.height < v.min_face_px or ipd < v.min_interpupillary_px
+        if absolute or face.height < v.min_face_relative * h:
+            return Rejection(
                 ErrorCode.FACE_TOO_SMALL,
                 f"The face is too small: {face.height:.0f} px high ({face.height / h:.0%} of the image), "
                 f"{ipd:.0f} px between the eyes; at least {v.min_face_px:.0f} px, "
                 f"{v.min_face_relative:.0%} and {v.min_interpupillary_px:.0f} px are needed",
-                image,
+                relative_only=not absolute,
             )
         x1, y1, x2, y2 = face_extent(face)
         fw, fh = max(x2 - x1, 1.0), max(y2 - y1, 1.0)
         out_x = (max(0.0, -x1) + max(0.0, x2 - w)) / fw
         out_y = (max(0.0, -y1) + max(0.0, y2 - h)) / fh
         if max(out_x, out_y) > v.cropped_fraction:
-            return ImageResult.rejected(
-                ErrorCode.FACE_CROPPED, "The face is cut off by the edge of the image", image
-            )
+            return Rejection(ErrorCode.FACE_CROPPED, "The face is cut off by the edge of the image")
         margin = min(x1 / fw, (w - x2) / fw, y1 / fh, (h - y2) / fh)
         if margin < v.border_margin:
-            return ImageResult.rejected(
+            return Rejection(
                 ErrorCode.FACE_CLOSE_TO_BORDER,
                 "The face is too close to the edge of the image; centre it with some space around it",
-                image,
             )
         if abs(face.yaw) > v.max_yaw or abs(face.pitch) > v.max_pitch or abs(face.roll) > v.max_roll:
-            return ImageResult.rejected(
+            return Rejection(
                 ErrorCode.FACE_ANGLE_TOO_LARGE,
                 f"The head is turned too far (yaw {face.yaw:.0f}, pitch {face.pitch:.0f}, "
                 f"roll {face.roll:.0f} degrees; at most {v.max_yaw:.0f}, {v.max_pitch:.0f}, "
                 f"{v.max_roll:.0f})",
-                image,
             )
         occ = occlusion(img, face.box, face.landmarks, threshold=v.occlusion_threshold)
         if occ.occluded:
             worst = max(occ.regions, key=lambda k: occ.regions[k]) if occ.regions else "face"
-            return ImageResult.rejected(
-                ErrorCode.FACE_IS_OCCLUDED, f"The face is covered (most at: {worst.replace('_', ' ')})", image
+            return Rejection(
+                ErrorCode.FACE_IS_OCCLUDED, f"The face is covered (most at: {worst.replace('_', ' ')})"
             )
         if min(w, h) < v.min_image_side:
-            return ImageResult.rejected(
+            return Rejection(
                 ErrorCode.IMAGE_TOO_SMALL,
                 f"The image is {w}x{h}; its shorter side must be at least {v.min_image_side} px",
-                image,
             )
         q = quality_factors(
             img,
@@ -325,7 +351,53 @@ class FaceEngine:
         if self.hyperfas is not None and "hyperfas" in self.branches:
             crops["hyperfas"] = self.hyperfas.crop(img, face.box)
         crops["facepad"] = self.facepad.crop(img, face.box)
-        return _Checked(image.width, image.height, face, crops, float(q.overall), details)
+        return _Checked(image.width, image.height, face, crops, float(q.overall), details, turns)
+
+    def _upright(
+        self, img: np.ndarray, faces: list[Face], max_roll: float
+    ) -> tuple[np.ndarray, list[Face], int]:
+        """The image turned by the quarter turn under which its largest face is upright (roll within
+        UPRIGHT_ROLL_SHARE of ``max_roll``), with that turn's faces; unchanged when no turn does."""
+        best: tuple[float, np.ndarray, list[Face], int] | None = None
+        limit = UPRIGHT_ROLL_SHARE * max_roll
+        for turn in QUARTER_TURNS:
+            turned = cv2.rotate(img, turn)
+            found = self.detector.detect(turned)
+            if found and abs(found[0].roll) <= limit and (best is None or abs(found[0].roll) < best[0]):
+                best = (abs(found[0].roll), turned, found, _TURNS[turn])
+        if best is None:
+            return img, faces, 0
+        return best[1], best[2], best[3]
+
+    def assess(
+        self,
+        data: bytes,
+        pipeline: str = DEFAULT_PIPELINE,
+        domain: Domain = Domain.GENERAL,
+        *,
+        score: bool = True,
+    ) -> Assessment:
+        """Decode, validate and judge one image (``score`` False: stop before the liveness models).
+
+        The public path of the face engine: /check_liveness takes the same steps (:meth:`_prepare`,
+        then :meth:`raw_scores` in batches), so one image gets one answer whichever service asks.
+        Never raises for bad input: an undecodable image gives ``image=None`` and a
+        FAILED_TO_READ_IMAGE rejection.
+        """
+        image, checked = self._prepare(data, domain)
+        if isinstance(checked, Rejection):
+            return Assessment(image, checked)
+        raw = float(self.raw_scores([checked], pipeline)[0]) if score else None
+        return Assessment(
+            image, None, checked.face, checked.quality, raw, checked.details, checked.quarter_turns
+        )
+
+    def _prepare(self, data: bytes, domain: Domain) -> tuple[DecodedImage | None, _Checked | Rejection]:
+        try:
+            image = decode_image(data, self.max_pixels)
+        except ImageError as exc:
+            return None, Rejection(ErrorCode.FAILED_TO_READ_IMAGE, exc.message)
+        return image, self._validate(image, domain)
 
     # ------------------------------------------------------------------ liveness
 
@@ -349,11 +421,11 @@ class FaceEngine:
                 out[b] = MiniFASNet.live_log_odds(minifasnet(b))
             elif b == "minifasnet_mean":
                 # The engine's score before the face-only branch: logit of the mean live probability.
-                p = [softmax(minifasnet(m))[:, REAL_CLASS] for m in MINIFASNET_BRANCHES]
-                out[b] = _logit(np.mean(p, axis=0))
+                p = [MiniFASNet.live_probability(minifasnet(m)) for m in MINIFASNET_BRANCHES]
+                out[b] = logit(np.mean(p, axis=0))
             elif b == "hyperfas" and self.hyperfas is not None:
                 p_live, _ = self.hyperfas.predict(np.stack([c.crops[b] for c in checked]))
-                out[b] = _logit(np.asarray(p_live, dtype=np.float64))
+                out[b] = logit(np.asarray(p_live, dtype=np.float64))
             elif b == "facepad":
                 out[b] = self.facepad.live_log_odds(np.stack([c.crops[b] for c in checked]))
             else:
@@ -378,13 +450,6 @@ class FaceEngine:
         parts = [checked[i : i + step] for i in range(0, len(checked), step)]
         return np.concatenate(list(self._pool.map(lambda part: self.raw_scores(part, pipeline), parts)))
 
-    def _prepare(self, data: bytes, domain: Domain) -> _Checked | ImageResult:
-        try:
-            image = decode_image(data, self.max_pixels)
-        except ImageError as exc:
-            return ImageResult.rejected(ErrorCode.FAILED_TO_READ_IMAGE, exc.message)
-        return self.validate(image, domain)
-
     def check_images(
         self,
         images: Sequence[bytes],
@@ -400,11 +465,11 @@ class FaceEngine:
         out: list[ImageResult] = []
         for c0 in range(0, len(images), CHUNK):
             prepared = list(self._pool.map(lambda d: self._prepare(d, domain), images[c0 : c0 + CHUNK]))
-            checked = [p for p in prepared if isinstance(p, _Checked)]
+            checked = [p for _, p in prepared if isinstance(p, _Checked)]
             it = iter(self._scores_in_parallel(checked, pipeline))
-            for p in prepared:
-                if not isinstance(p, _Checked):
-                    out.append(p)
+            for image, p in prepared:
+                if isinstance(p, Rejection):
+                    out.append(ImageResult.rejected(p.code, p.message, image))
                     continue
                 s = float(next(it))
                 out.append(

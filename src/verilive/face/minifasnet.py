@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, Any
 import cv2
 import numpy as np
 
+from verilive.numeric import softmax
+
 if TYPE_CHECKING:
     from verilive.models.sessions import ModelRegistry
 
@@ -103,13 +105,6 @@ def crop(image_bgr: np.ndarray, bbox_xywh: BoxLike, scale: float, size: int = IN
     return cv2.resize(patch, (size, size), interpolation=cv2.INTER_LINEAR)
 
 
-def softmax(logits: np.ndarray) -> np.ndarray:
-    """Class probabilities (N, 3) of logits (N, 3), as upstream's predict() returns them."""
-    z = np.asarray(logits, dtype=np.float64)
-    e = np.exp(z - z.max(axis=-1, keepdims=True))
-    return e / e.sum(axis=-1, keepdims=True)
-
-
 class MiniFASNet:
     """One MiniFASNet model (V2 or V1SE) on onnxruntime.
 
@@ -148,6 +143,11 @@ class MiniFASNet:
         x = np.ascontiguousarray(c.transpose(0, 3, 1, 2), dtype=np.float32)
         (out,) = self.session.run([OUTPUT_NAME], {INPUT_NAME: x})
         return np.asarray(out, dtype=np.float32)
+
+    @staticmethod
+    def live_probability(logits: np.ndarray) -> np.ndarray:
+        """(N,) P(real) from (N, 3) logits, as upstream's predict() gives it."""
+        return softmax(np.asarray(logits))[:, REAL_CLASS]
 
     @staticmethod
     def live_log_odds(logits: np.ndarray) -> np.ndarray:

@@ -42,6 +42,7 @@ import numpy as np
 
 from verilive.audio import Audio, resample
 from verilive.models.sessions import cpu_session
+from verilive.numeric import softmax
 from verilive.voice.schemas import AntispoofResult
 from verilive.voice.utterance_cues import FEATURE_NAMES, utterance_features
 
@@ -184,12 +185,6 @@ def as_pcm16(x: np.ndarray) -> np.ndarray:
     return (np.round(np.clip(np.asarray(x, np.float64), -1.0, 1.0) * 32767.0) / 32767.0).astype(np.float32)
 
 
-def _softmax(z: np.ndarray) -> np.ndarray:
-    z = z - z.max(axis=-1, keepdims=True)
-    e = np.exp(z)
-    return e / e.sum(axis=-1, keepdims=True)
-
-
 class AntiSpoof:
     """Anti-spoofing engine. Thread-safe: no per-call state on ``self``."""
 
@@ -288,7 +283,7 @@ class AntiSpoof:
         feats = features(x, self.frontend)
         if feats.shape[2] < MIN_FRAMES:
             return None
-        return _softmax(self.logits(feats, utterance_features(x), self.fcm_frames(x)))
+        return softmax(self.logits(feats, utterance_features(x), self.fcm_frames(x)))
 
     def evaluate(self, audio: Audio, speech_seconds: float | None = None) -> AntispoofResult:
         """Judge ``audio``. ``speech_seconds``: speech length already measured by the caller's VAD

@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from verilive.audio import Audio
+from verilive.numeric import sigmoid
 from verilive.voice.age import AgeModel
 from verilive.voice.channel import resolve_channel
 from verilive.voice.engine import SpeechAnalysis, VoiceEngine
@@ -36,13 +37,6 @@ from verilive.voice.templates import VoiceTemplate, cosine, require_same_space
 GENDER_MODEL_FILE = "gender_model.json"
 #: A role is answered when its best calibrated same-speaker probability reaches this.
 PARTICIPANT_MIN_PROBABILITY = 0.5
-
-
-def _sigmoid(z: float) -> float:
-    if z >= 0:
-        return 1.0 / (1.0 + math.exp(-z))
-    e = math.exp(z)
-    return e / (1.0 + e)
 
 
 @dataclass(frozen=True)
@@ -92,7 +86,7 @@ class GenderModel:
         u = np.asarray(unit, dtype=np.float64)
         if u.shape != self.weights.shape:
             raise ValueError(f"gender model expects a {self.dim}-d embedding, got shape {u.shape}")
-        return _sigmoid(float(self.weights @ ((u - self.mean) / self.scale)) + self.bias)
+        return sigmoid(float(self.weights @ ((u - self.mean) / self.scale)) + self.bias)
 
     def predict(self, unit: np.ndarray) -> tuple[Gender, float]:
         """The more probable gender and its probability (≥ 0.5; MALE on an exact tie)."""

@@ -20,6 +20,7 @@ import numpy as np
 from verilive.audio import Audio
 from verilive.errors import InvalidInput, InvalidParameter
 from verilive.models.sessions import ModelRegistry
+from verilive.numeric import sigmoid
 from verilive.voice import snr as snr_mod
 from verilive.voice.campplus import CamPlusPlus
 from verilive.voice.channel import CHANNEL_FLAG, model_inputs, resolve_channel
@@ -57,8 +58,7 @@ class MatchCalibration:
         return cls(float(data["a"]), float(data["b"]))
 
     def probability(self, score: float) -> float:
-        z = self.a * score + self.b
-        return float(1.0 / (1.0 + math.exp(-z))) if z > -700 else 0.0
+        return sigmoid(self.a * score + self.b)
 
     def threshold_for(self, probability: float) -> float:
         """The score at which the calibrated probability equals `probability`."""
