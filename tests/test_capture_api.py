@@ -33,16 +33,16 @@ from verilive.capture.bundle import (
     seal,
 )
 from verilive.capture.client import build_bundle, sdk_identity
-from verilive.capture.engine import (
-    CaptureConfig,
+from verilive.capture.detectors import (
     Reason,
-    combine,
+    Windows,
     device_fingerprint,
-    jpeg_info,
     suspicious_activity,
     untrusted_device,
     untrusted_environment,
 )
+from verilive.capture.engine import combine
+from verilive.capture.jpeg import jpeg_info
 from verilive.capture.replay import SqliteReplayStore
 from verilive.capture.sdk_allowlist import build_allowlist, parse_extra
 from verilive.config import Settings
@@ -374,6 +374,52 @@ def test_face_validation_codes_use_the_spec_messages(
         assert body["message"] == "Absolute face size is too small"
 
 
+@pytest.fixture(scope="module")
+def face_service(models_settings: Settings) -> Iterator[TestClient]:
+    with TestClient(create_service_app("face", models_settings), raise_server_exceptions=False) as c:
+        yield c
+
+
+def sideways(data: bytes) -> bytes:
+    """The JPEG re-encoded from its stored pixels with the EXIF orientation dropped, as some
+    encoders do: a photo taken in portrait then shows the face lying on its side."""
+    raw = cv2.imdecode(np.frombuffer(data, np.uint8), cv2.IMREAD_COLOR | cv2.IMREAD_IGNORE_ORIENTATION)
+    ok, buf = cv2.imencode(".jpg", raw, [cv2.IMWRITE_JPEG_QUALITY, 95])
+    assert ok
+    return buf.tobytes()
+
+
+@pytest.mark.parametrize("name", ["T1", "F1", "F2"])
+def test_one_face_one_answer_through_both_services(
+    capture: TestClient, face_service: TestClient, shared_dir: Path, name: str
+) -> None:
+    """The pad_silentface images carry EXIF orientation 6. As sent, and re-encoded without it, the
+    face route and the capture route agree: the same validation code, or the same face score.
+    Before, the re-encoded ones came back FACE_ANGLE_TOO_LARGE (roll about 60 degrees) from both."""
+    original = (shared_dir / PAD / f"image_{name}.jpg").read_bytes()
+    answers = []
+    for data in (original, sideways(original)):
+        fr = face_service.post("/check_liveness", files={"image": ("a.jpg", data, "image/jpeg")})
+        assert fr.status_code == 200, fr.text
+        face = fr.json()
+        cap = check(capture, build_bundle(PUBLIC, None, data, environment=env()))
+        if "error_code" in face:
+            assert cap.status_code == 400 and cap.json()["error_code"] == face["error_code"], (face, cap.text)
+        else:
+            assert cap.status_code == 200, cap.text
+            got = cap.json()["face_liveness"]["probability"]
+            assert got == pytest.approx(1.0 / (1.0 + np.exp(-face["score"])), abs=1e-9)
+        answers.append(face.get("error_code") or round(face["probability"], 1))
+    # Turned upright, the stored pixels get the answer the EXIF-rotated image gets.
+    assert answers[0] == answers[1], answers
+    if name == "T1":
+        assert answers[0] >= 0.5  # live
+    elif name == "F2":
+        assert answers[0] < 0.5  # screen replay
+    else:
+        assert answers[0] == "FACE_ANGLE_TOO_LARGE"  # F1: the head really is turned (yaw 33)
+
+
 # ------------------------------------------------------------------------------- extraction
 
 
@@ -488,7 +534,7 @@ def _bundle(**kw: Any) -> Any:
 
 def test_bursts_from_one_device() -> None:
     store = SqliteReplayStore()
-    config = CaptureConfig(burst_limit=3)
+    config = Windows(burst_limit=3)
     now = 1_800_000_000_000
     device = env()
     found = [

@@ -25,6 +25,9 @@ from fastapi.responses import JSONResponse, Response
 from starlette.concurrency import run_in_threadpool
 
 from verilive.capture.bundle import KeyRing, public_key_b64
+from verilive.capture.deps import capture_service
+from verilive.capture.engine import CaptureValidationError
+from verilive.capture.requests import read_bundle_body
 from verilive.errors import VeriliveError
 from verilive.server.context import ServiceContext, get_context
 
@@ -90,13 +93,14 @@ def current_public_key(entries: list[str]) -> dict[str, str]:
     return {"keyId": key_id, "publicKey": public_key_b64(path.read_bytes())}
 
 
-def client_answer(probability: float, face_probability: float | None) -> dict[str, Any]:
-    """What a capture client may see: the verdict only, never the rejection reasons or the score
-    (the score counts the reasons, docs/capture.md)."""
-    out: dict[str, Any] = {"capture_liveness": {"probability": probability}}
-    if face_probability is not None:
-        out["face_liveness"] = {"probability": face_probability}
-    return out
+def client_answer(probability: float) -> dict[str, Any]:
+    """What a capture client may see: accepted or not, nothing more (docs/security.md).
+
+    Not the reasons, not the score, and no probability either: the capture probability is
+    sigmoid(face log-odds - 3 x the number of reasons), so next to the face probability (or across
+    two tries) it would give the number of failed checks away.
+    """
+    return {"capture_liveness": {"accepted": probability >= 0.5}}
 
 
 def _static(name: str, media_type: str) -> Response:
@@ -137,13 +141,9 @@ def build_sdk_router() -> APIRouter:
 
     @router.post("/demo/check_capture_liveness")
     async def demo_check(ctx: Ctx, request: Request) -> JSONResponse:
-        # Imported here: verilive.capture.api imports this module to mount these routes.
-        from verilive.capture.api import decide, read_bundle_body
-        from verilive.capture.engine import CaptureValidationError
-
-        outcome = await run_in_threadpool(decide, ctx, await read_bundle_body(request))
+        outcome = await run_in_threadpool(capture_service(ctx).decide, await read_bundle_body(request))
         if isinstance(outcome, CaptureValidationError):
             raise VeriliveError(outcome.message, code=outcome.code)
-        return JSONResponse(client_answer(outcome.probability, outcome.face_probability))
+        return JSONResponse(client_answer(outcome.probability))
 
     return router

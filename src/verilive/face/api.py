@@ -22,9 +22,9 @@ from starlette.datastructures import UploadFile as StarletteUpload
 
 import verilive
 from verilive.errors import InvalidInput, InvalidParameter
-from verilive.face.engine import ErrorCode, FaceEngine, ImageResult
+from verilive.face.deps import face_engine, face_metrics
+from verilive.face.engine import ErrorCode, ImageResult
 from verilive.face.meta import Meta, MetaError, parse_meta
-from verilive.face.metrics import FaceMetrics
 from verilive.face.pipelines import DEFAULT_PIPELINE, PIPELINES, Calibration, Domain
 from verilive.face.schemas import (
     ApiVersion,
@@ -35,7 +35,7 @@ from verilive.face.schemas import (
     PipelineRequest,
     RequestError,
 )
-from verilive.server.bi import BiRecord, BiStore, parse_date
+from verilive.server.bi import BiRecord, bi_store, parse_date
 from verilive.server.context import ServiceContext, get_context
 from verilive.server.uploads import require_multipart
 
@@ -84,22 +84,6 @@ class RequestFailure(Exception):
         self.error_code = error_code
 
 
-def iso_expiry(ctx: ServiceContext) -> str:
-    return ctx.license_expires_at().isoformat().replace("+00:00", "Z")
-
-
-def engine_of(ctx: ServiceContext) -> FaceEngine:
-    return ctx.engine("face", lambda: FaceEngine.from_registry(ctx.models, ctx.settings))
-
-
-def bi_of(ctx: ServiceContext) -> BiStore:
-    return ctx.engine("bi", lambda: BiStore.from_settings(ctx.settings))
-
-
-def metrics_of(ctx: ServiceContext) -> FaceMetrics:
-    return ctx.engine("face_metrics", lambda: FaceMetrics(ctx.metrics.registry))
-
-
 def check_pipeline(pipeline: str | None) -> str:
     name = DEFAULT_PIPELINE if pipeline in (None, "") else str(pipeline)
     if name not in PIPELINES:
@@ -145,7 +129,7 @@ def record(
 ) -> None:
     """One BI record and one decision count per result. Never the image, nothing personal."""
     now = dt.datetime.now(dt.UTC)
-    metrics = metrics_of(ctx)
+    metrics = face_metrics(ctx)
     rows = []
     for r in results:
         metrics.observe(pipeline, r.probability, r.error_code, r.latency_ms / 1000.0)
@@ -165,7 +149,7 @@ def record(
                 latency_ms=r.latency_ms,
             )
         )
-    bi_of(ctx).add_many(rows)
+    bi_store(ctx).add_many(rows)
 
 
 def values_of(r: ImageResult) -> dict[str, Any]:
@@ -189,7 +173,7 @@ async def api_version(ctx: Ctx) -> ApiVersion:
         version=ctx.api_version,
         defaultPipeline=DEFAULT_PIPELINE,
         availablePipelines=list(PIPELINES),
-        expirationDate=iso_expiry(ctx),
+        expirationDate=ctx.license_expires_iso(),
     )
 
 
@@ -208,7 +192,7 @@ async def check_liveness(
         parts = await image_parts(request, ctx.settings.face_max_images)
     except RequestFailure as exc:
         return failure(exc)
-    engine = engine_of(ctx)
+    engine = face_engine(ctx)
     images = [data for _, data in parts]
     if len(images) == 1:
         result = await run_in_threadpool(engine.check, images[0], name)
@@ -231,7 +215,7 @@ async def check_image(
 ) -> JSONResponse:
     request = parse_check_image_data(data)
     content = await image.read()
-    engine = engine_of(ctx)
+    engine = face_engine(ctx)
     results: list[dict[str, Any]] = []
     for name, calibration in request.pipelines:
         r = await run_in_threadpool(engine.check, content, name, calibration, request.domain)
@@ -303,7 +287,7 @@ async def check_liveness_batch(
         parts = await image_parts(request, ctx.settings.face_max_images)
     except RequestFailure as exc:
         return failure(exc)
-    engine = engine_of(ctx)
+    engine = face_engine(ctx)
     results = await run_in_threadpool(engine.check_images, [d for _, d in parts], name)
     await run_in_threadpool(record, ctx, "check_liveness_batch", name, Calibration.REGULAR, platform, results)
     return JSONResponse(
@@ -314,10 +298,10 @@ async def check_liveness_batch(
 @router.get("/bi_report", response_model=dict[str, int], tags=["bi"])
 async def bi_report(ctx: Ctx, date_from: DateQ = None, date_to: DateQ = None) -> dict[str, int]:
     d0, d1 = parse_date(date_from, "date_from"), parse_date(date_to, "date_to")
-    return await run_in_threadpool(bi_of(ctx).report, d0, d1, FACE_ENDPOINTS)
+    return await run_in_threadpool(bi_store(ctx).report, d0, d1, FACE_ENDPOINTS)
 
 
 @router.get("/bi_records", response_model=list[dict[str, Any]], tags=["bi"])
 async def bi_records(ctx: Ctx, date_from: DateQ = None, date_to: DateQ = None) -> list[dict[str, Any]]:
     d0, d1 = parse_date(date_from, "date_from"), parse_date(date_to, "date_to")
-    return await run_in_threadpool(bi_of(ctx).records, d0, d1, None, FACE_ENDPOINTS)
+    return await run_in_threadpool(bi_store(ctx).records, d0, d1, None, FACE_ENDPOINTS)

@@ -56,7 +56,7 @@ def _capture_router(settings: Settings) -> APIRouter:
 
 
 def _capture_codes(code: str | None) -> str | None:
-    from verilive.capture.api import capture_error_code
+    from verilive.capture.service import capture_error_code
 
     return capture_error_code(code)
 

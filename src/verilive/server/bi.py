@@ -1,10 +1,11 @@
-"""Business-intelligence (BI) records of the face liveness service, kept in SQL.
+"""Business-intelligence (BI) records of the face and capture liveness services, kept in SQL.
 
-Every liveness decision becomes one row: when, which endpoint, pipeline and calibration, the
-client platform, the three result values or the rejection code, the image size and the latency.
-The image is never stored, nor anything that identifies the person (no IP address, no file
-name, no request id). `BiStore` serves `/bi_records` and `/bi_report`; it knows nothing about
-HTTP. The decisions (buckets, date range, retention, replicas) are written up in docs/bi.md.
+Every liveness decision of either service becomes one row: when, which endpoint, pipeline and
+calibration, the client platform, the three result values or the rejection code, the image size,
+the latency and, for capture, the rejection reasons. The image is never stored, nor anything that
+identifies the person (no IP address, no file name, no request id). `BiStore` serves both
+services' `/bi_records` and the face service's `/bi_report`; it knows nothing about HTTP. The
+decisions (buckets, date range, retention, replicas) are written up in docs/bi.md.
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ from verilive.errors import InvalidParameter
 
 if TYPE_CHECKING:
     from verilive.config import Settings
+    from verilive.server.context import ServiceContext
 
 log = logging.getLogger(__name__)
 
@@ -481,3 +483,9 @@ class BiStore:
 
     def close(self) -> None:
         self._engine.dispose()
+
+
+def bi_store(ctx: ServiceContext) -> BiStore:
+    """The app's BI store, built once on first use. The face and capture services may share one
+    database: each writes its own endpoint names and reads back only those."""
+    return ctx.engine("bi", lambda: BiStore.from_settings(ctx.settings))

@@ -38,6 +38,10 @@ class ServiceContext:
     def license_expires_at(self) -> dt.datetime:
         return license_expiry_instant(self.settings.license_expiration_date)
 
+    def license_expires_iso(self) -> str:
+        """The expiry instant as the specs' ISO 8601 text, e.g. 2027-01-01T00:00:00Z."""
+        return self.license_expires_at().isoformat().replace("+00:00", "Z")
+
     def license_expired(self, now: dt.datetime | None = None) -> bool:
         now = now or dt.datetime.now(dt.UTC)
         return now > self.license_expires_at()

@@ -23,13 +23,12 @@ from verilive.audio import (
     decode_file_pcm16,
     decode_pcm16,
 )
-from verilive.errors import VeriliveError
 from verilive.server.buildinfo import PROJECT_LICENSE, components_string, git_commit
 from verilive.server.context import ServiceContext, get_context
 from verilive.server.types import Int32
 from verilive.server.uploads import OCTET_STREAM_BODY, read_part, read_raw_body, require_multipart
 from verilive.voice.antispoof import AntiSpoof
-from verilive.voice.attributes import AttributesEstimator
+from verilive.voice.deps import antispoof_engine, attributes_estimator, voice_engine
 from verilive.voice.diarization import DiarizationConfig
 from verilive.voice.engine import (
     INIT_DATA_ID,
@@ -91,10 +90,6 @@ NumSpeakers = Annotated[
         json_schema_extra={"format": "int32"},
     ),
 ]
-
-
-def engine_of(ctx: ServiceContext) -> VoiceEngine:
-    return ctx.engine("voice", lambda: VoiceEngine.from_registry(ctx.models))
 
 
 async def run(fn, *args, **kwargs):  # type: ignore[no-untyped-def]
@@ -175,31 +170,8 @@ QualityCheckThresholds = Annotated[QualityThresholds, Depends(quality_check_thre
 
 
 def diarize(ctx: ServiceContext, audio: Audio, num_speakers: int | None) -> dict[str, list[AudioInterval]]:
-    turns = engine_of(ctx).diarizer.diarize(audio.mono(), audio.sample_rate, num_speakers)
+    turns = voice_engine(ctx).diarizer.diarize(audio.mono(), audio.sample_rate, num_speakers)
     return {k: [audio_interval(s, e, audio.sample_rate) for s, e in v] for k, v in turns.items()}
-
-
-def antispoof_of(ctx: ServiceContext) -> AntiSpoof:
-    threads = ctx.settings.onnx_intra_op_threads
-    return ctx.engine("antispoof", lambda: AntiSpoof.from_engine(engine_of(ctx), intra_op_threads=threads))
-
-
-def attributes_of(ctx: ServiceContext) -> AttributesEstimator:
-    def build() -> AttributesEstimator:
-        try:
-            ops = [
-                VoiceTemplate.decode(t, "operator template") for t in ctx.settings.voice_operator_templates
-            ]
-            cus = [
-                VoiceTemplate.decode(t, "customer template") for t in ctx.settings.voice_customer_templates
-            ]
-            return AttributesEstimator(engine_of(ctx), ops, cus)
-        except VeriliveError as exc:  # a bad template in the settings is the operator's to fix
-            raise VeriliveError(
-                f"Misconfigured phone-call templates: {exc.message}", code="MISCONFIGURED", status=503
-            ) from exc
-
-    return ctx.engine("attributes", build)
 
 
 async def samples_audio(request: Request, ctx: ServiceContext, sample_rate: int) -> Audio:
@@ -271,7 +243,7 @@ async def get_build_info(ctx: Ctx) -> BuildInfo:
 async def match_voice_templates(
     ctx: Ctx, request: TemplateMatchRequest, configuration: Configuration = None
 ) -> VerifyResult:
-    score, probability = engine_of(ctx).match(request.template1, request.template2, configuration)
+    score, probability = voice_engine(ctx).match(request.template1, request.template2, configuration)
     return VerifyResult(score=score, probability=probability)
 
 
@@ -281,7 +253,7 @@ async def merge_voice_templates(
     templates: Annotated[list[str], Body(description="Voice templates to merge.")],
     configuration: Configuration = None,
 ) -> str:
-    return engine_of(ctx).merge(templates, configuration)
+    return voice_engine(ctx).merge(templates, configuration)
 
 
 @router.post(
@@ -308,7 +280,7 @@ async def create_voice_template_from_samples(
 ) -> str:
     check_configuration(configuration)
     audio = await samples_audio(request, ctx, sample_rate)
-    template = await run(engine_of(ctx).create_template, audio, channel_type, configuration)
+    template = await run(voice_engine(ctx).create_template, audio, channel_type, configuration)
     return template.encode()
 
 
@@ -326,7 +298,7 @@ async def create_voice_template_from_file(
 ) -> str:
     check_configuration(configuration)
     audio = await file_audio(wav_file, "wav_file", ctx)
-    template = await run(engine_of(ctx).create_template, audio, channel_type, configuration)
+    template = await run(voice_engine(ctx).create_template, audio, channel_type, configuration)
     return template.encode()
 
 
@@ -346,7 +318,7 @@ async def create_voice_template_checked_from_samples(
 ) -> TemplateCreationWithChecksResult:
     audio = await samples_audio(request, ctx, sample_rate)
     return await run(
-        checked_creation, engine_of(ctx), antispoof_of(ctx), audio, t, channel_type, configuration
+        checked_creation, voice_engine(ctx), antispoof_engine(ctx), audio, t, channel_type, configuration
     )
 
 
@@ -365,7 +337,7 @@ async def create_voice_template_checked_from_file(
 ) -> TemplateCreationWithChecksResult:
     audio = await file_audio(wav_file, "wav_file", ctx)
     return await run(
-        checked_creation, engine_of(ctx), antispoof_of(ctx), audio, t, channel_type, configuration
+        checked_creation, voice_engine(ctx), antispoof_engine(ctx), audio, t, channel_type, configuration
     )
 
 
@@ -390,12 +362,12 @@ async def get_init_data_id(ctx: Ctx, configuration: Configuration = None) -> str
 
 @router.post("/identification_engine/create_identification_list", response_model=str, tags=["identification"])
 async def create_identification_list(ctx: Ctx, request: CreateListRequest) -> str:
-    return await run(engine_of(ctx).create_list, request.voice_templates)
+    return await run(voice_engine(ctx).create_list, request.voice_templates)
 
 
 @router.post("/identification_engine/enrich_identification_list", response_model=str, tags=["identification"])
 async def enrich_identification_list(ctx: Ctx, request: EnrichListRequest) -> str:
-    return await run(engine_of(ctx).enrich_list, request.identification_list, request.voice_templates)
+    return await run(voice_engine(ctx).enrich_list, request.identification_list, request.voice_templates)
 
 
 @router.post(
@@ -407,7 +379,7 @@ async def identify(
     acceptance_level: OptFloat = None,
 ) -> Response:
     scores, threshold = await run(
-        engine_of(ctx).identify, request.voice_template, request.identification_list, acceptance_level
+        voice_engine(ctx).identify, request.voice_template, request.identification_list, acceptance_level
     )
     # 100,000 scores: orjson writes the numpy array directly, ~50x faster than validating a list.
     body = orjson.dumps({"scores": scores, "threshold": threshold}, option=orjson.OPT_SERIALIZE_NUMPY)
@@ -436,7 +408,7 @@ async def get_speech_summary_from_samples(
     ctx: Ctx, request: Request, sample_rate: SampleRate
 ) -> SpeechSummary:
     audio = await samples_audio(request, ctx, sample_rate)
-    return await run(engine_of(ctx).speech_summary, audio)
+    return await run(voice_engine(ctx).speech_summary, audio)
 
 
 @router.post(
@@ -447,7 +419,7 @@ async def get_speech_summary_from_samples(
 )
 async def get_speech_summary_from_file(ctx: Ctx, wav_file: WavFile) -> SpeechSummary:
     audio = await file_audio(wav_file, "wav_file", ctx)
-    return await run(engine_of(ctx).speech_summary, audio)
+    return await run(voice_engine(ctx).speech_summary, audio)
 
 
 @router.post(
@@ -458,7 +430,7 @@ async def get_speech_summary_from_file(ctx: Ctx, wav_file: WavFile) -> SpeechSum
 )
 async def compute_snr_with_samples(ctx: Ctx, request: Request, sample_rate: SampleRate) -> float:
     audio = await samples_audio(request, ctx, sample_rate)
-    return await run(engine_of(ctx).snr, audio)
+    return await run(voice_engine(ctx).snr, audio)
 
 
 @router.post(
@@ -466,7 +438,7 @@ async def compute_snr_with_samples(ctx: Ctx, request: Request, sample_rate: Samp
 )
 async def compute_snr_with_file(ctx: Ctx, wav_file: WavFile) -> float:
     audio = await file_audio(wav_file, "wav_file", ctx)
-    return await run(engine_of(ctx).snr, audio)
+    return await run(voice_engine(ctx).snr, audio)
 
 
 @router.post(
@@ -482,7 +454,7 @@ async def check_quality_from_samples(
     t: QualityCheckThresholds,
 ) -> QualityCheckEngineResult:
     audio = await samples_audio(request, ctx, sample_rate)
-    return await run(quality_check, engine_of(ctx), audio, t)
+    return await run(quality_check, voice_engine(ctx), audio, t)
 
 
 @router.post(
@@ -497,7 +469,7 @@ async def check_quality_from_file(
     t: QualityCheckThresholds,
 ) -> QualityCheckEngineResult:
     audio = await file_audio(audio_file, "audio_file", ctx)
-    return await run(quality_check, engine_of(ctx), audio, t)
+    return await run(quality_check, voice_engine(ctx), audio, t)
 
 
 @router.get(
@@ -543,7 +515,7 @@ async def get_segmentation_from_file(
 )
 async def estimate_attributes_with_samples(ctx: Ctx, request: Request, sample_rate: SampleRate) -> Attributes:
     audio = await samples_audio(request, ctx, sample_rate)
-    return await run(attributes_of(ctx).estimate, audio)
+    return await run(attributes_estimator(ctx).estimate, audio)
 
 
 @router.post(
@@ -554,7 +526,7 @@ async def estimate_attributes_with_samples(ctx: Ctx, request: Request, sample_ra
 )
 async def estimate_attributes_with_file(ctx: Ctx, wav_file: WavFile) -> Attributes:
     audio = await file_audio(wav_file, "wav_file", ctx)
-    return await run(attributes_of(ctx).estimate, audio)
+    return await run(attributes_estimator(ctx).estimate, audio)
 
 
 @router.post(
@@ -565,7 +537,7 @@ async def estimate_attributes_with_file(ctx: Ctx, wav_file: WavFile) -> Attribut
 )
 async def is_spoof_samples(ctx: Ctx, request: Request, sample_rate: SampleRate) -> AntispoofResult:
     audio = await samples_audio(request, ctx, sample_rate)
-    return await run(antispoof_of(ctx).evaluate, audio)
+    return await run(antispoof_engine(ctx).evaluate, audio)
 
 
 @router.post(
@@ -576,4 +548,4 @@ async def is_spoof_samples(ctx: Ctx, request: Request, sample_rate: SampleRate) 
 )
 async def is_spoof_file(ctx: Ctx, wav_file: WavFile) -> AntispoofResult:
     audio = await file_audio(wav_file, "wav_file", ctx)
-    return await run(antispoof_of(ctx).evaluate, audio)
+    return await run(antispoof_engine(ctx).evaluate, audio)
