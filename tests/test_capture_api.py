@@ -10,6 +10,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import itertools
+import json
 import os
 import random
 import sqlite3
@@ -41,7 +42,7 @@ from verilive.capture.detectors import (
     untrusted_device,
     untrusted_environment,
 )
-from verilive.capture.engine import combine
+from verilive.capture.engine import CaptureConfig, combine
 from verilive.capture.jpeg import jpeg_info
 from verilive.capture.replay import SqliteReplayStore
 from verilive.capture.sdk_allowlist import build_allowlist, parse_extra
@@ -683,3 +684,49 @@ def test_bi_store_adds_the_rejection_column_to_old_tables(tmp_path: Path) -> Non
     with sqlite3.connect(db) as conn:
         columns = {row[1] for row in conn.execute("PRAGMA table_info(bi_records)")}
     assert "rejection" in columns
+
+
+# --------------------------------------------------------------------------- conformance vector
+
+
+def test_vector3_from_an_independent_library_is_accepted_as_live(
+    models_settings: Settings, shared_dir: Path
+) -> None:
+    """docs/bundle-format.md, "Test vector 3": built by the recipe in the fixture (the image is the
+    shared-data file it names), decrypted, and judged live by the capture engine with the server
+    clock at the vector's time and the library's digest in VERILIVE_CAPTURE_SDK_EXTRA_DIGESTS."""
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    from verilive.capture import bundle as B
+    from verilive.capture.engine import CaptureEngine
+    from verilive.face.engine import FaceEngine
+    from verilive.models.sessions import ModelRegistry
+
+    v = json.loads((Path(__file__).parent / "fixtures" / "bundle_vector3.json").read_text(encoding="utf-8"))
+    image = (shared_dir / v["image_path"]).read_bytes()
+    assert hashlib.sha256(image).hexdigest() == v["image_sha256"]
+    payload = B.encode_payload(v["meta_json"].encode("utf-8"), image, image, v["external_data"])
+    assert hashlib.sha256(payload).hexdigest() == v["payload_sha256"]
+    eph = ec.derive_private_key(int(v["ephemeral_private_scalar_hex"], 16), ec.SECP256R1())
+    blob = B.seal(payload, PUBLIC, v["key_id"], ephemeral_key=eph, iv=bytes.fromhex(v["iv_hex"]))
+    assert hashlib.sha256(blob).hexdigest() == v["bundle_sha256"] and len(blob) == v["bundle_size"]
+
+    bundle = KeyRing.from_entries([str(KEY)]).decrypt(blob)
+    assert bundle.integrity_problems == ()
+    engine = CaptureEngine(
+        FaceEngine.from_registry(ModelRegistry(models_settings), models_settings),
+        SqliteReplayStore(),
+        build_allowlist(extra=[v["sdk_extra_digest"]]),
+        CaptureConfig.from_settings(models_settings),
+        clock_ms=lambda: int(v["server_time_ms"]),
+    )
+    decision = engine.check(bundle)
+    assert decision.rejection == [], decision.findings
+    assert decision.probability >= 0.5 and decision.face_probability is not None
+    # The same bundle again is a replay (nonce and image seen), and without the digest the library
+    # is not trusted: the rules the conformance section lists.
+    assert "SUSPICIOUS_ACTIVITY" in engine.check(bundle).rejection
+    untrusted = CaptureEngine(
+        engine.face, SqliteReplayStore(), build_allowlist(), engine.config, clock_ms=engine.clock_ms
+    )
+    assert untrusted.check(bundle).rejection == ["SDK_INTEGRITY_VIOLATION"]
