@@ -21,9 +21,9 @@ from verilive.audio import Audio
 from verilive.audio.resample import resample
 from verilive.config import Settings
 from verilive.models.sessions import ModelRegistry
-from verilive.voice.attributes import AttributesEstimator, GenderModel
+from verilive.voice.attributes import AttributesEstimator, GenderModel, SpeakerAttributes
 from verilive.voice.engine import NoSpeech, VoiceEngine
-from verilive.voice.schemas import Attributes, ChannelType, Gender, PhoneCallParticipant
+from verilive.voice.schemas import ChannelType, Gender, PhoneCallParticipant
 from verilive.voice.templates import TemplateMismatch, VoiceTemplate
 
 pytestmark = pytest.mark.slow
@@ -97,9 +97,9 @@ def test_gender_on_held_out_librispeech_speakers(estimator: AttributesEstimator,
     for spk in held:
         file, male = labels[spk]
         attrs = estimator.estimate(_read(shared_dir / LIBRI / file))
-        assert 0.5 <= attrs.genderScore <= 1.0
+        assert 0.5 <= attrs.gender_score <= 1.0
         if (attrs.gender is Gender.MALE) != male:
-            wrong.append((spk, attrs.gender, round(attrs.genderScore, 3)))
+            wrong.append((spk, attrs.gender, round(attrs.gender_score, 3)))
     accuracy = 1 - len(wrong) / len(held)
     assert accuracy >= MIN_HELD_OUT_ACCURACY, wrong
     # both genders are in the held-out set, 25 each
@@ -128,7 +128,7 @@ def test_gender_on_audiomnist_clips(estimator: AttributesEstimator, shared_dir: 
     correct = 0
     for r in rows:
         attrs = estimator.estimate(_read(folder / Path(r["file"]).with_suffix(".flac")))
-        assert 0.5 <= attrs.genderScore <= 1.0
+        assert 0.5 <= attrs.gender_score <= 1.0
         truth = Gender.MALE if r["gender"] == "male" else Gender.FEMALE
         correct += attrs.gender is truth
     assert correct >= MIN_AUDIOMNIST_CORRECT
@@ -139,15 +139,16 @@ def test_attributes_shape_and_adult_age_is_null(estimator: AttributesEstimator, 
     file, _ = labels[_model_json()["training"]["test_speakers_excluded"][0]]
     audio = _read(shared_dir / LIBRI / file)
     attrs = estimator.estimate(audio)
-    assert isinstance(attrs, Attributes)
+    assert isinstance(attrs, SpeakerAttributes)
     assert attrs.age is None  # an adult reader: the age model answers young children only (tests/test_age.py)
-    assert attrs.phoneCallParticipant is PhoneCallParticipant.UNDEFINED
-    assert np.isfinite(attrs.genderScore) and 0.5 <= attrs.genderScore <= 1.0
-    # genderScore is the probability of the returned gender, read from the TEL embedding even
+    assert attrs.participant is PhoneCallParticipant.UNDEFINED
+    assert np.isfinite(attrs.gender_score) and 0.5 <= attrs.gender_score <= 1.0
+    # gender_score is the probability of the returned gender, read from the TEL embedding even
     # for this 16 kHz input
     assert estimator.gender_model.channel is ChannelType.TEL
     p_male = estimator.gender_model.p_male(estimator.engine.create_template(audio, ChannelType.TEL).unit())
-    assert attrs.genderScore == pytest.approx(p_male if attrs.gender is Gender.MALE else 1 - p_male, abs=1e-6)
+    want = p_male if attrs.gender is Gender.MALE else 1 - p_male
+    assert attrs.gender_score == pytest.approx(want, abs=1e-6)
 
 
 # ------------------------------------------------------------------------------ no speech
@@ -220,6 +221,6 @@ def test_participant_on_real_speech(engine: VoiceEngine, shared_dir: Path) -> No
     operator = engine.create_template(half(audios[0], False))
     customer = engine.create_template(half(audios[1], False))
     est = AttributesEstimator(engine, operator_templates=[operator], customer_templates=[customer])
-    assert est.estimate(half(audios[0], True)).phoneCallParticipant is PhoneCallParticipant.OPERATOR
-    assert est.estimate(half(audios[1], True)).phoneCallParticipant is PhoneCallParticipant.CUSTOMER
-    assert est.estimate(audios[2]).phoneCallParticipant is PhoneCallParticipant.OTHER
+    assert est.estimate(half(audios[0], True)).participant is PhoneCallParticipant.OPERATOR
+    assert est.estimate(half(audios[1], True)).participant is PhoneCallParticipant.CUSTOMER
+    assert est.estimate(audios[2]).participant is PhoneCallParticipant.OTHER

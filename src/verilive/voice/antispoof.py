@@ -43,7 +43,6 @@ import numpy as np
 from verilive.audio import Audio, resample
 from verilive.models.sessions import cpu_session
 from verilive.numeric import softmax
-from verilive.voice.schemas import AntispoofResult
 from verilive.voice.utterance_cues import FEATURE_NAMES, utterance_features
 
 if TYPE_CHECKING:
@@ -185,6 +184,18 @@ def as_pcm16(x: np.ndarray) -> np.ndarray:
     return (np.round(np.clip(np.asarray(x, np.float64), -1.0, 1.0) * 32767.0) / 32767.0).astype(np.float32)
 
 
+@dataclass(frozen=True)
+class SpoofScores:
+    """The judgement of one input: P(bona fide) (``score``) and the three attack-class
+    probabilities, summing to 1; or, when it cannot be judged, all None and ``unsuitable`` saying why."""
+
+    score: float | None = None  # P(bona fide)
+    replay: float | None = None
+    tts: float | None = None
+    vc: float | None = None
+    unsuitable: str | None = None
+
+
 class AntiSpoof:
     """Anti-spoofing engine. Thread-safe: no per-call state on ``self``."""
 
@@ -285,7 +296,7 @@ class AntiSpoof:
             return None
         return softmax(self.logits(feats, utterance_features(x), self.fcm_frames(x)))
 
-    def evaluate(self, audio: Audio, speech_seconds: float | None = None) -> AntispoofResult:
+    def evaluate(self, audio: Audio, speech_seconds: float | None = None) -> SpoofScores:
         """Judge ``audio``. ``speech_seconds``: speech length already measured by the caller's VAD
         over the whole input (saves a second VAD pass); None measures it here.
 
@@ -302,11 +313,5 @@ class AntiSpoof:
             if p is None:
                 reason = "Too little signal above the noise floor to judge."
             else:
-                return AntispoofResult(
-                    score=float(p[0]),
-                    scoreReplay=float(p[1]),
-                    scoreTts=float(p[2]),
-                    scoreVc=float(p[3]),
-                    unsuitableInputMessage=None,
-                )
-        return AntispoofResult(unsuitableInputMessage=reason)
+                return SpoofScores(float(p[0]), float(p[1]), float(p[2]), float(p[3]))
+        return SpoofScores(unsuitable=reason)

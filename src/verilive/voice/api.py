@@ -6,6 +6,7 @@ Thin: parse and validate, call engines, shape the answer.
 from __future__ import annotations
 
 import base64
+import dataclasses
 from typing import Annotated
 
 import numpy as np
@@ -27,17 +28,18 @@ from verilive.server.buildinfo import PROJECT_LICENSE, components_string, git_co
 from verilive.server.context import ServiceContext, get_context
 from verilive.server.types import Int32
 from verilive.server.uploads import OCTET_STREAM_BODY, read_part, read_raw_body, require_multipart
-from verilive.voice.antispoof import AntiSpoof
+from verilive.voice.antispoof import AntiSpoof, SpoofScores
+from verilive.voice.attributes import SpeakerAttributes
 from verilive.voice.deps import antispoof_engine, attributes_estimator, voice_engine
 from verilive.voice.diarization import DiarizationConfig
 from verilive.voice.engine import (
     INIT_DATA_ID,
+    SpeechEvents,
     VoiceEngine,
-    audio_interval,
     check_configuration,
 )
 from verilive.voice.idlist import matched_indexes
-from verilive.voice.quality import RECOMMENDED, QualityMetrics, QualityThresholds, decide, obtained_values
+from verilive.voice.quality import RECOMMENDED, QualityMetrics, QualityThresholds, decide
 from verilive.voice.schemas import (
     AntispoofResult,
     Attributes,
@@ -55,6 +57,8 @@ from verilive.voice.schemas import (
     QualityCheckResultResponse,
     QualityShortDescription,
     Scenario,
+    SpeechEvent,
+    SpeechInfo,
     SpeechSummary,
     TemplateCreationWithChecksResult,
     TemplateMatchRequest,
@@ -97,6 +101,64 @@ async def run(fn, *args, **kwargs):  # type: ignore[no-untyped-def]
     return await run_in_threadpool(fn, *args, **kwargs)
 
 
+# ---------------------------------------------------------------- engine results -> wire schemas
+
+
+def audio_interval(start: int, end: int, sample_rate: int) -> AudioInterval:
+    """[start, end) in samples; times in milliseconds."""
+    return AudioInterval(
+        startSample=start,
+        endSample=end,
+        startTime=round(start * 1000 / sample_rate),
+        endTime=round(end * 1000 / sample_rate),
+        sampleRate=sample_rate,
+    )
+
+
+def speech_summary(ev: SpeechEvents) -> SpeechSummary:
+    return SpeechSummary(
+        speechInfo=SpeechInfo(
+            totalLengthMs=ev.total_ms,
+            speechLengthMs=ev.speech_ms,
+            backgroundLengthMs=ev.total_ms - ev.speech_ms,
+        ),
+        speechEvents=[
+            SpeechEvent(isVoice=voice, audioInterval=audio_interval(s, e, ev.sample_rate))
+            for voice, s, e in ev.events
+        ],
+    )
+
+
+def antispoof_result(r: SpoofScores) -> AntispoofResult:
+    return AntispoofResult(
+        score=r.score,
+        scoreReplay=r.replay,
+        scoreTts=r.tts,
+        scoreVc=r.vc,
+        unsuitableInputMessage=r.unsuitable,
+    )
+
+
+def attributes_result(a: SpeakerAttributes) -> Attributes:
+    return Attributes(
+        genderScore=a.gender_score, gender=a.gender, age=a.age, phoneCallParticipant=a.participant
+    )
+
+
+def threshold_values(t: QualityThresholds) -> dict[str, float]:
+    """The thresholds applied, under the spec's QualityCheckMetricsThresholds names (same order)."""
+    names = zip(
+        (f.name for f in dataclasses.fields(t)), QualityCheckMetricsThresholds.model_fields, strict=True
+    )
+    return {wire: getattr(t, name) for name, wire in names if getattr(t, name) is not None}
+
+
+def obtained_values(m: QualityMetrics) -> dict[str, float]:
+    """The measured values, under the names of QualityCheckEngineResult's first four fields."""
+    names = zip((f.name for f in dataclasses.fields(m)), QualityCheckEngineResult.model_fields, strict=False)
+    return {wire: getattr(m, ours) for ours, wire in names}
+
+
 def engine_result(m: QualityMetrics, verdict: QualityShortDescription) -> QualityCheckEngineResult:
     return QualityCheckEngineResult(
         snrDb=m.snr_db,
@@ -123,14 +185,16 @@ def checked_creation(
     """All metrics are reported and the template is returned even when a check fails: the
     caller decides (docs/voice.md#checked-template-creation)."""
     a = engine.analyse(audio)
-    spoof = antispoof.evaluate(audio, speech_seconds=a.speech_ms / 1000.0)
+    spoof = antispoof_result(antispoof.evaluate(audio, speech_seconds=a.speech_ms / 1000.0))
     template = engine.create_template(audio, channel, configuration, analysis=a)
     m = engine.quality(a)
     verdict = decide(m, t)
     return TemplateCreationWithChecksResult(
         antispoofResult=spoof,
         qualityCheckResult=QualityCheckResultResponse(
-            thresholdValues=t.as_dict(), obtainedValues=obtained_values(m), qualityShortDescription=verdict
+            thresholdValues=threshold_values(t),
+            obtainedValues=obtained_values(m),
+            qualityShortDescription=verdict,
         ),
         qualityCheckEngineResult=engine_result(m, verdict),
         voiceTemplate=template.encode(),
@@ -408,7 +472,7 @@ async def get_speech_summary_from_samples(
     ctx: Ctx, request: Request, sample_rate: SampleRate
 ) -> SpeechSummary:
     audio = await samples_audio(request, ctx, sample_rate)
-    return await run(voice_engine(ctx).speech_summary, audio)
+    return speech_summary(await run(voice_engine(ctx).speech_summary, audio))
 
 
 @router.post(
@@ -419,7 +483,7 @@ async def get_speech_summary_from_samples(
 )
 async def get_speech_summary_from_file(ctx: Ctx, wav_file: WavFile) -> SpeechSummary:
     audio = await file_audio(wav_file, "wav_file", ctx)
-    return await run(voice_engine(ctx).speech_summary, audio)
+    return speech_summary(await run(voice_engine(ctx).speech_summary, audio))
 
 
 @router.post(
@@ -478,7 +542,7 @@ async def check_quality_from_file(
     tags=["analysis"],
 )
 async def get_recommended_thresholds(ctx: Ctx, scenario: Scenario) -> QualityCheckMetricsThresholds:
-    return QualityCheckMetricsThresholds(**RECOMMENDED[scenario].as_dict())
+    return QualityCheckMetricsThresholds(**threshold_values(RECOMMENDED[scenario]))
 
 
 @router.post(
@@ -515,7 +579,7 @@ async def get_segmentation_from_file(
 )
 async def estimate_attributes_with_samples(ctx: Ctx, request: Request, sample_rate: SampleRate) -> Attributes:
     audio = await samples_audio(request, ctx, sample_rate)
-    return await run(attributes_estimator(ctx).estimate, audio)
+    return attributes_result(await run(attributes_estimator(ctx).estimate, audio))
 
 
 @router.post(
@@ -526,7 +590,7 @@ async def estimate_attributes_with_samples(ctx: Ctx, request: Request, sample_ra
 )
 async def estimate_attributes_with_file(ctx: Ctx, wav_file: WavFile) -> Attributes:
     audio = await file_audio(wav_file, "wav_file", ctx)
-    return await run(attributes_estimator(ctx).estimate, audio)
+    return attributes_result(await run(attributes_estimator(ctx).estimate, audio))
 
 
 @router.post(
@@ -537,7 +601,7 @@ async def estimate_attributes_with_file(ctx: Ctx, wav_file: WavFile) -> Attribut
 )
 async def is_spoof_samples(ctx: Ctx, request: Request, sample_rate: SampleRate) -> AntispoofResult:
     audio = await samples_audio(request, ctx, sample_rate)
-    return await run(antispoof_engine(ctx).evaluate, audio)
+    return antispoof_result(await run(antispoof_engine(ctx).evaluate, audio))
 
 
 @router.post(
@@ -548,4 +612,4 @@ async def is_spoof_samples(ctx: Ctx, request: Request, sample_rate: SampleRate) 
 )
 async def is_spoof_file(ctx: Ctx, wav_file: WavFile) -> AntispoofResult:
     audio = await file_audio(wav_file, "wav_file", ctx)
-    return await run(antispoof_engine(ctx).evaluate, audio)
+    return antispoof_result(await run(antispoof_engine(ctx).evaluate, audio))

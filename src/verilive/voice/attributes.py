@@ -31,12 +31,24 @@ from verilive.numeric import sigmoid
 from verilive.voice.age import AgeModel
 from verilive.voice.channel import resolve_channel
 from verilive.voice.engine import SpeechAnalysis, VoiceEngine
-from verilive.voice.schemas import Attributes, ChannelType, Gender, PhoneCallParticipant
+from verilive.voice.schemas import ChannelType, Gender, PhoneCallParticipant
 from verilive.voice.templates import VoiceTemplate, cosine, require_same_space
 
 GENDER_MODEL_FILE = "gender_model.json"
 #: A role is answered when its best calibrated same-speaker probability reaches this.
 PARTICIPANT_MIN_PROBABILITY = 0.5
+
+
+@dataclass(frozen=True)
+class SpeakerAttributes:
+    """What the voice says about its speaker: P(male) and the gender it decides, the age (None
+    unless answered, docs/model-age.md) and the phone-call role matched against the enrolled
+    templates (UNDEFINED without templates or without a match)."""
+
+    gender_score: float
+    gender: Gender
+    age: int | None
+    participant: PhoneCallParticipant
 
 
 @dataclass(frozen=True)
@@ -125,7 +137,7 @@ class AttributesEstimator:
         if enrolled:
             require_same_space(enrolled, expected=engine.init_data_id)
 
-    def estimate(self, audio: Audio) -> Attributes:
+    def estimate(self, audio: Audio) -> SpeakerAttributes:
         """Attributes of the speech in ``audio``; raises ``NoSpeech`` when there is none.
 
         One VAD pass, and one CAM++ pass per channel needed, each made once and shared: gender
@@ -146,7 +158,7 @@ class AttributesEstimator:
         participant = PhoneCallParticipant.UNDEFINED
         if self.operator_templates or self.customer_templates:
             participant = self.participant(template(resolve_channel(None, analysis.sample_rate)))
-        return Attributes(genderScore=score, gender=gender, age=age, phoneCallParticipant=participant)
+        return SpeakerAttributes(gender_score=score, gender=gender, age=age, participant=participant)
 
     def age(self, analysis: SpeechAnalysis, template: Callable[[ChannelType], VoiceTemplate]) -> int | None:
         """The age model's answer for the analysed speech (docs/model-age.md); ``template(channel)``

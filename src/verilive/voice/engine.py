@@ -27,7 +27,7 @@ from verilive.voice.channel import CHANNEL_FLAG, model_inputs, resolve_channel
 from verilive.voice.diarization import Diarizer
 from verilive.voice.idlist import IdentificationList
 from verilive.voice.quality import QualityMetrics
-from verilive.voice.schemas import AudioInterval, ChannelType, SpeechEvent, SpeechInfo, SpeechSummary
+from verilive.voice.schemas import ChannelType
 from verilive.voice.segmentation import Segmenter
 from verilive.voice.templates import VoiceTemplate, cosine, merge
 from verilive.voice.vad import SileroVad, VadConfig, segments_from_probabilities
@@ -64,6 +64,16 @@ class MatchCalibration:
         """The score at which the calibrated probability equals `probability`."""
         logit = math.log(probability / (1.0 - probability))
         return (logit - self.b) / self.a
+
+
+@dataclass(frozen=True)
+class SpeechEvents:
+    """The audio cut into alternating speech and background stretches that cover all of it."""
+
+    sample_rate: int
+    events: list[tuple[bool, int, int]]  # (is speech, start, end), [start, end) in input samples
+    total_ms: float
+    speech_ms: float
 
 
 @dataclass(frozen=True)
@@ -153,7 +163,7 @@ class VoiceEngine:
             segments_from_probabilities(probs, wave.size, sr, TEMPLATE_VAD),
         )
 
-    def speech_summary(self, audio: Audio) -> SpeechSummary:
+    def speech_summary(self, audio: Audio) -> SpeechEvents:
         return summary_of(self.analyse(audio))
 
     def snr(self, audio: Audio) -> float:
@@ -290,37 +300,15 @@ MS_DIAR_MIN_S = 1.5
 MS_DIAR_FULL_S = 4.0
 
 
-def summary_of(a: SpeechAnalysis) -> SpeechSummary:
-    """Speech and background events covering the whole audio, in order (times in ms)."""
-    sr = a.sample_rate
-    n = a.wave.size
-    events: list[SpeechEvent] = []
+def summary_of(a: SpeechAnalysis) -> SpeechEvents:
+    """Speech and background stretches covering the whole audio, in order."""
+    events: list[tuple[bool, int, int]] = []
     cursor = 0
-
-    def interval(s: int, e: int) -> AudioInterval:
-        return audio_interval(s, e, sr)
-
     for s, e in a.segments:
         if s > cursor:
-            events.append(SpeechEvent(isVoice=False, audioInterval=interval(cursor, s)))
-        events.append(SpeechEvent(isVoice=True, audioInterval=interval(s, e)))
+            events.append((False, cursor, s))
+        events.append((True, s, e))
         cursor = e
-    if cursor < n:
-        events.append(SpeechEvent(isVoice=False, audioInterval=interval(cursor, n)))
-    return SpeechSummary(
-        speechInfo=SpeechInfo(
-            totalLengthMs=a.total_ms, speechLengthMs=a.speech_ms, backgroundLengthMs=a.total_ms - a.speech_ms
-        ),
-        speechEvents=events,
-    )
-
-
-def audio_interval(start: int, end: int, sample_rate: int) -> AudioInterval:
-    """[start, end) in samples; times in milliseconds."""
-    return AudioInterval(
-        startSample=start,
-        endSample=end,
-        startTime=round(start * 1000 / sample_rate),
-        endTime=round(end * 1000 / sample_rate),
-        sampleRate=sample_rate,
-    )
+    if cursor < a.wave.size:
+        events.append((False, cursor, a.wave.size))
+    return SpeechEvents(a.sample_rate, events, a.total_ms, a.speech_ms)

@@ -33,25 +33,6 @@ class QualityThresholds:
             raise InvalidParameter("Threshold 'minimum_speech_relative_length' must be within 0..1")
         return self
 
-    def as_dict(self) -> dict[str, float]:
-        """Thresholds actually applied, under the spec's QualityCheckMetricsThresholds names."""
-        names = {
-            "minimum_snr_db": "minimumSnrDb",
-            "minimum_speech_length_ms": "minimumSpeechLengthMs",
-            "minimum_speech_relative_length": "minimumSpeechRelativeLength",
-            "maximum_multiple_speakers_detector_score": "maximumMultipleSpeakersDetectorScore",
-        }
-        return {names[k]: v for k, v in self.__dict__.items() if v is not None}
-
-
-def obtained_values(m: QualityMetrics) -> dict[str, float]:
-    return {
-        "snrDb": m.snr_db,
-        "speechLengthMs": m.speech_ms,
-        "speechRelativeLength": m.speech_relative,
-        "multipleSpeakersDetectorScore": m.multiple_speakers,
-    }
-
 
 def decide(m: QualityMetrics, t: QualityThresholds) -> QualityShortDescription:
     """First failing check wins, most fundamental first: without enough speech nothing else
