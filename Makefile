@@ -1,6 +1,6 @@
 # Two entry points: `make serve` (set up, pull models, run the three services) and
-# `make test` (set up, pull models, lint, run the tests). Both work on a fresh machine
-# with Python 3.11 and access to the package registries.
+# `make test` (set up, pull models, lint, install the Debian packages the tests run, run the
+# tests). Both work on a fresh machine with Python 3.11 and access to the package registries.
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -12,9 +12,9 @@ STAMP := $(VENV)/.installed
 VERILIVE_MODEL_MIRROR ?= $(wildcard $(CURDIR)/../shared/models/upstream)
 export VERILIVE_MODEL_MIRROR
 
-PY_DIRS := $(wildcard src tests bench eval train)
+PY_DIRS := $(wildcard src tests bench eval train common)
 
-.PHONY: install models serve test lint format clean
+.PHONY: install models serve test test-deps lint format clean
 
 $(STAMP): pyproject.toml Makefile
 	$(PYTHON) -m venv $(VENV)
@@ -38,7 +38,11 @@ format: $(STAMP)
 	$(BIN)/ruff format $(PY_DIRS)
 	$(BIN)/ruff check --fix $(PY_DIRS)
 
-test: models lint
+# Debian's PostgreSQL, Redis, nginx, Chromium and espeak-ng; installs only what is missing.
+test-deps:
+	scripts/install-test-deps.sh
+
+test: models lint test-deps
 	$(BIN)/pytest
 
 clean:

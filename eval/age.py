@@ -31,9 +31,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from common.repo import data_root, replace_section
 from train import age as T
-
-from eval.trials import data_root, replace_section
 
 if TYPE_CHECKING:
     from verilive.audio import Audio

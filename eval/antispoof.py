@@ -28,8 +28,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-
-from eval.metrics import bootstrap_eer, det_curve, eer, rates_at
+from common.metrics import bootstrap_eer, det_curve, eer, rates_at
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 OUT_PNG = DOCS / "antispoof_eval_det.png"
@@ -85,11 +84,11 @@ def main() -> None:
     for i, c in enumerate(chosen):
         x, sr = sf.read(args.cache / c.path, dtype="float32", always_2d=True)
         r = anti.evaluate(Audio(x, int(sr)))
-        probs = None if r.score is None else np.array([r.score, r.scoreReplay, r.scoreTts, r.scoreVc], float)
+        probs = None if r.score is None else np.array([r.score, r.replay, r.tts, r.vc], float)
         part, group = part_of[c.id], channel_group(c.channel)
         rows.append((part, c.label, c.generator, group, r.score, probs, c.speaker, c.id))
-        if r.unsuitableInputMessage:
-            why = r.unsuitableInputMessage.split(":")[0].rstrip(".")
+        if r.unsuitable:
+            why = r.unsuitable.split(":")[0].rstrip(".")
             key = (part_of[c.id], c.label, why)
             unsuitable[key] = unsuitable.get(key, 0) + 1
         if (i + 1) % 200 == 0:
@@ -208,7 +207,7 @@ def main() -> None:
                 d = det_curve(sc, yy)
                 ax.plot(d.x, d.y, c="k" if k == 0 else f"C{k - 1}", lw=2 if k == 0 else 1.2,
                         label=f"{name} (EER {eer(sc, yy)[0]:.1%})")  # fmt: skip
-            from eval.metrics import probit
+            from common.metrics import probit
 
             ax.set_xticks(probit(ticks), [f"{t:g}" for t in 100 * ticks])
             ax.set_yticks(probit(ticks), [f"{t:g}" for t in 100 * ticks])

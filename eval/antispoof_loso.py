@@ -17,8 +17,7 @@ import argparse
 from pathlib import Path
 
 import numpy as np
-
-from eval.metrics import bootstrap_eer, det_curve, eer, probit
+from common.metrics import bootstrap_eer, det_curve, eer, probit
 
 OUT_PNG = Path(__file__).resolve().parents[1] / "docs" / "antispoof_loso_det.png"
 

@@ -27,19 +27,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from common import metrics
+from common.repo import REPO, data_root, replace_section
 from scipy.special import expit
 
-from eval import metrics
-from eval.trials import (
-    DOCS_MD,
-    REPO,
-    Trial,
-    build_trials,
-    data_root,
-    labels_of,
-    replace_section,
-    trials_digest,
-)
+from eval.trials import DOCS_MD, Trial, build_trials, labels_of, trials_digest
 from eval.verification import DEFAULT_CACHE, FAIL_SCORE, all_systems, score_trials
 
 CALIBRATION_JSON = REPO / "src" / "verilive" / "voice" / "calibration.json"

@@ -480,7 +480,8 @@ def write_docs(section: str) -> None:
 
 
 def main() -> None:
-    from eval.trials import data_root
+    from common.repo import data_root
+
     from verilive.config import Settings
     from verilive.models.sessions import ModelRegistry
     from verilive.voice.engine import VoiceEngine

@@ -12,10 +12,10 @@ Data (``../shared/data/face``, or $VERILIVE_DATA_DIR/face):
   obama2.jpg as RGBA and is skipped as a duplicate), and the faces cut from the group photo t1.jpg
   that pass validation at their native resolution;
 * **bona fide augmented**: ``--augment`` camera-like variants of each original
-  (:func:`eval.face_attack_sim.camera_augment`);
+  (:func:`common.face_attack_sim.camera_augment`);
 * **simulated attacks**: from each original that passes validation, ``--per-source`` print attacks
   of each method (halftone, error diffusion) and replays of each kind (framed, close-up)
-  (:mod:`eval.face_attack_sim`). All randomness is seeded (``--seed``).
+  (:mod:`common.face_attack_sim`). All randomness is seeded (``--seed``).
 
 Every image runs through :class:`verilive.face.engine.FaceEngine` for each pipeline. APCER = attacks
 judged live / attacks that passed validation; BPCER = bona fide judged spoof / bona fide that passed
@@ -34,16 +34,16 @@ from pathlib import Path
 
 import cv2
 import numpy as np
+from common import metrics
+from common.face_attack_sim import camera_augment, print_attack, replay_attack
+from common.repo import REPO, data_root, replace_section
 
-from eval import metrics
-from eval.face_attack_sim import camera_augment, print_attack, replay_attack
-from eval.trials import REPO, data_root, replace_section
 from verilive.config import Settings
 from verilive.face.engine import ErrorCode, FaceEngine, face_extent
-from verilive.numeric import sigmoid
 from verilive.face.fusion import load_fusion
 from verilive.face.pipelines import PIPELINES, Calibration
 from verilive.models.sessions import ModelRegistry
+from verilive.numeric import sigmoid
 
 DOCS_MD = REPO / "docs" / "face-eval.md"
 DOCS_PNG = REPO / "docs" / "face_attacks.png"

@@ -22,17 +22,17 @@ import json
 from pathlib import Path
 
 import numpy as np
+from common import metrics
+from common.repo import REPO, data_root, replace_section
 from train.face_pad_data import CACHE, Item, load
 from train.face_pad_fusion import FUSION_OUT, bpcer_threshold, fit, session_weights
 
-from eval import metrics
-from eval.trials import REPO, data_root, replace_section
 from verilive.config import Settings
 from verilive.face.engine import FaceEngine
-from verilive.numeric import sigmoid
 from verilive.face.fusion import load_fusion
 from verilive.face.pipelines import Calibration
 from verilive.models.sessions import ModelRegistry
+from verilive.numeric import sigmoid
 
 DOCS_MD = REPO / "docs" / "face-eval.md"
 DOCS_PNG = REPO / "docs" / "face_pad_det.png"

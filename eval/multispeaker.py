@@ -25,9 +25,9 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 import soundfile as sf
+from common.metrics import eer
+from common.repo import data_root
 
-from eval.metrics import eer
-from eval.trials import data_root
 from verilive.audio import Audio
 from verilive.config import Settings
 from verilive.models.sessions import ModelRegistry

@@ -20,9 +20,10 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
+from common.metrics import eer
+from common.repo import data_root
 
-from eval.metrics import eer
-from eval.trials import Snippet, build_trials, data_root
+from eval.trials import Snippet, build_trials
 from verilive.audio import Audio
 from verilive.config import Settings
 from verilive.models.sessions import ModelRegistry

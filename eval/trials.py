@@ -41,9 +41,8 @@ from pathlib import Path
 
 import numpy as np
 import soundfile as sf
+from common.repo import REPO, data_root, replace_section
 
-REPO = Path(__file__).resolve().parents[1]
-DEFAULT_DATA_ROOT = REPO.parent / "shared" / "data"
 DOCS_MD = REPO / "docs" / "verification.md"
 
 LIBRI_DIR = "voice/librispeech_251spk_gender"
@@ -57,14 +56,6 @@ LS_HALF = "ls-half"  # LibriSpeech A/B halves of one utterance (target)
 LS_THIRD = "ls-third"  # LibriSpeech thirds of one utterance (target)
 LS_NONTARGET = "ls-nontarget"  # LibriSpeech A half of one speaker vs B half of another
 SB = "sb"  # SpeechBrain 2 x 6 whole utterances, all pairs
-
-
-def data_root(explicit: str | os.PathLike[str] | None = None) -> Path:
-    """The shared data folder: ``explicit``, else $VERILIVE_DATA_DIR, else ../shared/data."""
-    if explicit is not None:
-        return Path(explicit)
-    env = os.environ.get("VERILIVE_DATA_DIR")
-    return Path(env) if env else DEFAULT_DATA_ROOT
 
 
 @dataclass(frozen=True, order=True)
@@ -262,22 +253,6 @@ def markdown(trials: list[Trial]) -> str:
         "CAM++ package documents its training set precisely enough to rule that out.",
     ]
     return "\n".join(lines)
-
-
-def replace_section(path: Path, name: str, body: str, title: str | None = None) -> None:
-    """Replace (or append) the block between ``<!-- BEGIN name -->`` and ``<!-- END name -->``."""
-    begin, end = f"<!-- BEGIN {name} -->", f"<!-- END {name} -->"
-    block = f"{begin}\n{body.rstrip()}\n{end}"
-    text = path.read_text() if path.exists() else ""
-    if begin in text and end in text:
-        head, rest = text.split(begin, 1)
-        _, tail = rest.split(end, 1)
-        text = head + block + tail
-    else:
-        heading = f"## {title}\n\n" if title else ""
-        text = (text.rstrip() + "\n\n" if text.strip() else "") + heading + block + "\n"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(text)
 
 
 def main(argv: list[str] | None = None) -> int:

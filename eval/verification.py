@@ -37,27 +37,25 @@ import json
 import os
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from common import metrics
+from common.repo import REPO, data_root, replace_section, source_hash
 
-from eval import metrics
 from eval.trials import (
     DOCS_MD,
     LS_HALF,
     LS_NONTARGET,
     LS_THIRD,
-    REPO,
     SB,
     Snippet,
     Trial,
     build_trials,
-    data_root,
     labels_of,
-    replace_section,
     snippets_of,
     trials_digest,
 )
@@ -71,19 +69,6 @@ COMMAND = "python -m eval.verification"
 TARGET_EER = 0.02
 TARGET_RATIO = 1 / 3
 MIN_SNIPPET_S = 2.0
-
-
-def source_hash(*modules: str, extra: Sequence[Path] = ()) -> str:
-    """Short hash of module source files (and extra files), for cache folder names."""
-    h = hashlib.sha256()
-    for name in modules:
-        spec = importlib.util.find_spec(name)
-        if spec is None or spec.origin is None:
-            raise ImportError(f"module {name} not found")
-        h.update(Path(spec.origin).read_bytes())
-    for p in extra:
-        h.update(p.read_bytes())
-    return h.hexdigest()[:12]
 
 
 MANIFEST = REPO / "src" / "verilive" / "models" / "manifest.json"

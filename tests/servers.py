@@ -1,9 +1,10 @@
 """Throw-away PostgreSQL, Redis and nginx servers on 127.0.0.1 for the tests.
 
-Each is installed from Debian (`apt-get install`) when its binaries are missing and we are root,
-then started on a free loopback port in a temporary folder that is removed afterwards. A machine
-where that cannot be done fails the tests that need them rather than skipping them, like the model
-tests. Used by tests/test_bi_store.py, tests/test_capture_replay.py and tests/integration/.
+Each comes from Debian, installed by scripts/install-test-deps.sh (`make test` runs it), and is
+started on a free loopback port in a temporary folder that is removed afterwards. The tests never
+install anything: a machine without the binaries fails the tests that need them rather than
+skipping them, like the model tests. Used by tests/test_bi_store.py, tests/test_capture_replay.py,
+tests/test_deploy_files.py and tests/integration/.
 """
 
 from __future__ import annotations
@@ -36,26 +37,25 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def apt_install(*packages: str) -> None:
-    """Install Debian packages, or fail the test when we are not root."""
-    if os.geteuid() != 0:
-        pytest.fail(f"missing and not root: install Debian's {' '.join(packages)}")
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    subprocess.run(["apt-get", "update", "-qq"], check=True, env=env, capture_output=True)
-    subprocess.run(["apt-get", "install", "-y", "-qq", *packages], check=True, env=env, capture_output=True)
+INSTALL_SCRIPT = "scripts/install-test-deps.sh"
+
+
+def missing_message(what: str, package: str) -> str:
+    """Why a test cannot run, and the one command that fixes it."""
+    return f"{what} is missing: run {INSTALL_SCRIPT} (`make test` does), which installs Debian's {package}"
+
+
+def find_binary(name: str, extra_dirs: tuple[str, ...] = ()) -> str | None:
+    """``name`` on PATH, else in one of ``extra_dirs`` (e.g. /usr/sbin, off PATH for non-root users)."""
+    return shutil.which(name) or next(
+        (str(Path(d) / name) for d in extra_dirs if (Path(d) / name).is_file()), None
+    )
 
 
 def _binary(name: str, package: str, extra_dirs: tuple[str, ...] = ()) -> str:
-    found = shutil.which(name) or next(
-        (str(Path(d) / name) for d in extra_dirs if (Path(d) / name).is_file()), None
-    )
+    found = find_binary(name, extra_dirs)
     if found is None:
-        apt_install(package)
-        found = shutil.which(name) or next(
-            (str(Path(d) / name) for d in extra_dirs if (Path(d) / name).is_file()), None
-        )
-    if found is None:
-        pytest.fail(f"installed Debian's {package!r} but {name} is still missing")
+        pytest.fail(missing_message(name, package))
     return found
 
 
@@ -108,14 +108,11 @@ def _pg_bindir() -> Path | None:
     return None
 
 
-def install_postgres() -> Path:
-    """The folder of initdb/pg_ctl/postgres, installing Debian's `postgresql` if needed."""
+def postgres_bindir() -> Path:
+    """The folder of initdb/pg_ctl/postgres; fails the test when there is none."""
     bindir = _pg_bindir()
     if bindir is None:
-        apt_install("postgresql")
-        bindir = _pg_bindir()
-    if bindir is None:
-        pytest.fail("installed 'postgresql' but initdb/pg_ctl/postgres are still missing")
+        pytest.fail(missing_message("PostgreSQL (initdb, pg_ctl, postgres)", "postgresql"))
     return bindir
 
 
@@ -146,7 +143,7 @@ class PgServer:
 @contextlib.contextmanager
 def postgres_server() -> Iterator[PgServer]:
     """A throw-away PostgreSQL cluster on 127.0.0.1 (user ``verilive``, random password)."""
-    bindir = install_postgres()
+    bindir = postgres_bindir()
     base = Path(tempfile.mkdtemp(prefix="verilive-pg-"))
     # postgres refuses to run as root, so as root the cluster belongs to the `postgres` user.
     as_root = os.geteuid() == 0

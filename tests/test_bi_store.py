@@ -1,8 +1,8 @@
 """BI record store (server/bi.py) on SQLite and on a real PostgreSQL.
 
-The PostgreSQL cases start a throw-away cluster on 127.0.0.1 (tests/servers.py, installing
-Debian's `postgresql` package first when the binaries are missing and we are root). A machine
-where that cannot be done fails these tests rather than skipping them, like the model tests.
+The PostgreSQL cases start a throw-away cluster on 127.0.0.1 (tests/servers.py) from Debian's
+`postgresql` package, which scripts/install-test-deps.sh installs (`make test` runs it). A machine
+without it fails these tests rather than skipping them, like the model tests.
 """
 
 from __future__ import annotations
@@ -103,7 +103,7 @@ def postgres_server() -> Iterator[PgServer]:
 # --------------------------------------------------------------------------- one database per test
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
+@pytest.fixture(params=["sqlite", pytest.param("postgresql", marks=pytest.mark.slow)])
 def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path / 'bi.sqlite3'}"

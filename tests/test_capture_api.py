@@ -152,6 +152,7 @@ def assert_rejected(body: dict[str, Any], *reasons: str) -> None:
 # ------------------------------------------------------------------------------------- success
 
 
+@pytest.mark.slow
 def test_clean_bundle_is_live(capture: TestClient, faces: dict[str, np.ndarray]) -> None:
     body = decided(capture, build_bundle(PUBLIC, None, camera_jpeg(faces["T1"]), environment=env()))
     assert set(body) == {"capture_liveness", "face_liveness"}
@@ -163,6 +164,7 @@ def test_clean_bundle_is_live(capture: TestClient, faces: dict[str, np.ndarray])
     assert cl["probability"] == pytest.approx(1 / (1 + np.exp(-cl["score"])))
 
 
+@pytest.mark.slow
 def test_python_client_defaults_are_trusted(capture: TestClient, faces: dict[str, np.ndarray]) -> None:
     body = decided(capture, build_bundle(PUBLIC, None, camera_jpeg(faces["T1"])))
     assert body["capture_liveness"]["rejection"] == [], body
@@ -171,6 +173,7 @@ def test_python_client_defaults_are_trusted(capture: TestClient, faces: dict[str
 # ------------------------------------------------------------------------ attacks on the bundle
 
 
+@pytest.mark.slow
 def test_wrong_key(capture: TestClient, faces: dict[str, np.ndarray]) -> None:
     kid, _, other_public = generate_key()
     blob = build_bundle(other_public, kid, camera_jpeg(faces["T1"]))
@@ -181,6 +184,7 @@ def test_wrong_key(capture: TestClient, faces: dict[str, np.ndarray]) -> None:
     assert assert_error(check(capture, blob), 400, "UNKNOWN")["message"] == "Failed to decrypt message"
 
 
+@pytest.mark.slow
 def test_truncated_and_bit_flipped_bundles(capture: TestClient, faces: dict[str, np.ndarray]) -> None:
     blob = build_bundle(PUBLIC, None, camera_jpeg(faces["T1"]))
     klen = blob[5]
@@ -206,6 +210,7 @@ def test_truncated_and_bit_flipped_bundles(capture: TestClient, faces: dict[str,
         assert body["message"] in {"Failed to parse file", "Failed to decrypt message"}, (cut, body)
 
 
+@pytest.mark.slow
 def test_random_megabyte_and_empty_body(capture: TestClient) -> None:
     noise = random.Random(6).randbytes(1 << 20)
     assert assert_error(check(capture, noise), 400, "UNKNOWN")["message"] == "Failed to parse file"
@@ -215,6 +220,7 @@ def test_random_megabyte_and_empty_body(capture: TestClient) -> None:
     assert body["message"] in UNKNOWN_MESSAGES
 
 
+@pytest.mark.slow
 def test_bad_meta_is_failed_to_read_meta_data(capture: TestClient, faces: dict[str, np.ndarray]) -> None:
     kid = KeyRing.from_entries([str(KEY)]).key_ids[0]
     payload = encode_payload(b'{"context": {}}', camera_jpeg(faces["T1"]), b"", "")
@@ -222,6 +228,7 @@ def test_bad_meta_is_failed_to_read_meta_data(capture: TestClient, faces: dict[s
     assert body["message"] == "Failed to read a meta data"
 
 
+@pytest.mark.slow
 def test_undecodable_image_is_failed_to_read_meta_data(capture: TestClient) -> None:
     blob = build_bundle(PUBLIC, None, camera_jpeg(np.full((600, 600, 3), 90, np.uint8)))
     # Rebuild the same meta around an image that is not one (digests made to match: a careful forger).
@@ -236,6 +243,7 @@ def test_undecodable_image_is_failed_to_read_meta_data(capture: TestClient) -> N
 # ------------------------------------------------------------------------- the six detectors
 
 
+@pytest.mark.slow
 def test_replayed_bundle_is_suspicious(capture: TestClient, faces: dict[str, np.ndarray]) -> None:
     blob = build_bundle(PUBLIC, None, camera_jpeg(faces["T1"]), environment=env())
     first = decided(capture, blob)
@@ -244,6 +252,7 @@ def test_replayed_bundle_is_suspicious(capture: TestClient, faces: dict[str, np.
     assert_rejected(again, Reason.SUSPICIOUS_ACTIVITY, Reason.UNTRUSTED_CONTENT)  # nonce and image
 
 
+@pytest.mark.slow
 def test_old_timestamp_is_suspicious(capture: TestClient, faces: dict[str, np.ndarray]) -> None:
     old = time.time_ns() // 1_000_000 - 3_600_000
     body = decided(
@@ -253,6 +262,7 @@ def test_old_timestamp_is_suspicious(capture: TestClient, faces: dict[str, np.nd
     assert body["capture_liveness"]["rejection"] == [Reason.SUSPICIOUS_ACTIVITY]
 
 
+@pytest.mark.slow
 def test_unknown_sdk_digest(capture: TestClient, faces: dict[str, np.ndarray]) -> None:
     sdk = {**sdk_identity(), "digest": "ab" * 32}
     body = decided(capture, build_bundle(PUBLIC, None, camera_jpeg(faces["T1"]), environment=env(), sdk=sdk))
@@ -264,6 +274,7 @@ def test_unknown_sdk_digest(capture: TestClient, faces: dict[str, np.ndarray]) -
     assert body["capture_liveness"]["rejection"] == [Reason.SDK_INTEGRITY_VIOLATION]
 
 
+@pytest.mark.slow
 def test_image_swapped_by_public_key_holder(capture: TestClient, faces: dict[str, np.ndarray]) -> None:
     """An attacker decrypts nothing but holds the public key: they keep the captured photo, digests
     and context and seal another image (here the same person, mirrored, re-encoded)."""
@@ -290,6 +301,7 @@ def test_image_swapped_by_public_key_holder(capture: TestClient, faces: dict[str
     assert body["capture_liveness"]["rejection"] == [Reason.UNTRUSTED_CORRUPTED_PAYLOAD]
 
 
+@pytest.mark.slow
 def test_context_resolution_must_match_the_image(capture: TestClient, faces: dict[str, np.ndarray]) -> None:
     ctx = {"resolution": {"width": 1280, "height": 720}}
     body = decided(
@@ -298,6 +310,7 @@ def test_context_resolution_must_match_the_image(capture: TestClient, faces: dic
     assert body["capture_liveness"]["rejection"] == [Reason.UNTRUSTED_CORRUPTED_PAYLOAD]
 
 
+@pytest.mark.slow
 def test_inconsistent_device_claims(capture: TestClient, faces: dict[str, np.ndarray]) -> None:
     iphone_on_windows = env(
         userAgent="Mozilla/5.0 (iPhone; CPU iPhone OS 17_5 like Mac OS X) AppleWebKit/605.1.15 "
@@ -313,6 +326,7 @@ def test_inconsistent_device_claims(capture: TestClient, faces: dict[str, np.nda
     assert body["capture_liveness"]["rejection"] == [Reason.UNTRUSTED_DEVICE]
 
 
+@pytest.mark.slow
 def test_automation_and_fake_camera(capture: TestClient, faces: dict[str, np.ndarray]) -> None:
     body = decided(
         capture,
@@ -327,6 +341,7 @@ def test_automation_and_fake_camera(capture: TestClient, faces: dict[str, np.nda
     assert body["capture_liveness"]["rejection"] == [Reason.UNTRUSTED_ENVIRONMENT]
 
 
+@pytest.mark.slow
 def test_edited_image_and_screen_replay_are_untrusted_content(
     capture: TestClient, faces: dict[str, np.ndarray], shared_dir: Path
 ) -> None:
@@ -344,6 +359,7 @@ def test_edited_image_and_screen_replay_are_untrusted_content(
 # ------------------------------------------------------------------------ image validation
 
 
+@pytest.mark.slow
 def test_image_too_small(capture: TestClient, faces: dict[str, np.ndarray]) -> None:
     small = cv2.resize(faces["T1"], (360, 480), interpolation=cv2.INTER_AREA)
     body = assert_error(
@@ -352,6 +368,7 @@ def test_image_too_small(capture: TestClient, faces: dict[str, np.ndarray]) -> N
     assert body["message"] == "Image too small to be processed"
 
 
+@pytest.mark.slow
 def test_face_validation_codes_use_the_spec_messages(
     capture: TestClient, faces: dict[str, np.ndarray]
 ) -> None:
@@ -390,6 +407,7 @@ def sideways(data: bytes) -> bytes:
     return buf.tobytes()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["T1", "F1", "F2"])
 def test_one_face_one_answer_through_both_services(
     capture: TestClient, face_service: TestClient, shared_dir: Path, name: str
@@ -424,6 +442,7 @@ def test_one_face_one_answer_through_both_services(
 # ------------------------------------------------------------------------------- extraction
 
 
+@pytest.mark.slow
 def test_extract_image_and_data(capture: TestClient, faces: dict[str, np.ndarray]) -> None:
     image = camera_jpeg(faces["T1"])
     blob = build_bundle(PUBLIC, None, image, external_data='{"order": "ü-42"}')
@@ -445,6 +464,7 @@ def test_extract_image_and_data(capture: TestClient, faces: dict[str, np.ndarray
     assert decided(capture, blob)["capture_liveness"]["rejection"] == []
 
 
+@pytest.mark.slow
 def test_extract_errors(capture: TestClient, faces: dict[str, np.ndarray]) -> None:
     _, _, other = generate_key()
     wrong = build_bundle(other, "k1", camera_jpeg(faces["T1"]))
@@ -466,6 +486,7 @@ def test_extract_errors(capture: TestClient, faces: dict[str, np.ndarray]) -> No
 # ------------------------------------------------------------------- BI records and metrics
 
 
+@pytest.mark.slow
 def test_bi_records_and_metrics_hold_reasons_the_response_does_not(
     capture: TestClient, faces: dict[str, np.ndarray]
 ) -> None:
@@ -501,6 +522,7 @@ def test_bi_records_and_metrics_hold_reasons_the_response_does_not(
 # ------------------------------------------------------------------------ settings and 2.0.0
 
 
+@pytest.mark.slow
 def test_version_2_0_0(models_settings: Settings, tmp_path: Path, faces: dict[str, np.ndarray]) -> None:
     s = settings_for(models_settings, tmp_path, capture_api_version="2.0.0")
     with TestClient(create_service_app("capture", s), raise_server_exceptions=False) as c:
@@ -516,6 +538,7 @@ def test_version_2_0_0(models_settings: Settings, tmp_path: Path, faces: dict[st
         assert c.get("/bi_records").status_code == 404
 
 
+@pytest.mark.slow
 def test_face_liveness_off(models_settings: Settings, tmp_path: Path, faces: dict[str, np.ndarray]) -> None:
     s = settings_for(models_settings, tmp_path, capture_face_liveness=False)
     with TestClient(create_service_app("capture", s), raise_server_exceptions=False) as c:
@@ -689,6 +712,7 @@ def test_bi_store_adds_the_rejection_column_to_old_tables(tmp_path: Path) -> Non
 # --------------------------------------------------------------------------- conformance vector
 
 
+@pytest.mark.slow
 def test_vector3_from_an_independent_library_is_accepted_as_live(
     models_settings: Settings, shared_dir: Path
 ) -> None:

@@ -6,8 +6,8 @@ bundle the page builds decrypts on the server, that /extract_image gives its JPE
 automation flags and the fake camera give UNTRUSTED_ENVIRONMENT, and that the bundle test vectors of
 docs/bundle-format.md work in both directions between WebCrypto and the Python library.
 
-Chromium and chromedriver come from Debian (/usr/bin/chromium, /usr/bin/chromedriver); when they are
-missing and the tests run as root, the fixture installs them with apt-get. No browser is downloaded.
+Chromium and chromedriver come from Debian (/usr/bin/chromium, /usr/bin/chromedriver), installed by
+scripts/install-test-deps.sh (`make test` runs it); the tests install nothing. No browser is downloaded.
 """
 
 from __future__ import annotations
@@ -16,9 +16,7 @@ import base64
 import hashlib
 import json
 import os
-import shutil
 import socket
-import subprocess
 import threading
 import time
 from collections.abc import Iterator
@@ -37,6 +35,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
+from tests.servers import missing_message
 from verilive.capture.bundle import KeyRing, encode_payload, generate_key, public_key_b64, seal
 from verilive.capture.sdk_routes import STATIC_DIR, build_sdk_router
 from verilive.config import Settings
@@ -196,13 +195,11 @@ def running_server(settings: Settings) -> Iterator[str]:
 def ensure_chromium() -> None:
     if CHROMIUM.exists() and CHROMEDRIVER.exists():
         return
-    if os.geteuid() != 0 or shutil.which("apt-get") is None:
-        pytest.skip("Debian chromium and chromium-driver are missing and cannot be installed (not root)")
-    env = {**os.environ, "DEBIAN_FRONTEND": "noninteractive"}
-    subprocess.run(["apt-get", "update"], check=True, env=env, capture_output=True)
-    subprocess.run(
-        ["apt-get", "install", "-y", "chromium", "chromium-driver"], check=True, env=env, capture_output=True
-    )
+    message = missing_message(f"{CHROMIUM} or {CHROMEDRIVER}", "chromium and chromium-driver")
+    # Without root: skipped, as when this fixture installed the browser itself.
+    if os.geteuid() != 0:
+        pytest.skip(message)
+    pytest.fail(message)
 
 
 def make_driver(video: Path | None, *, hide_automation: bool = False) -> Any:

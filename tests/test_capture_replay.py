@@ -1,8 +1,9 @@
 """Replay store of the capture service on SQLite and on a real Redis (docs/capture.md#replay-store).
 
-Redis comes from Debian (`redis-server`); tests/servers.py installs it when missing and running as root,
-then starts a throw-away server on 127.0.0.1 on a free port. Expiry is checked without sleeping:
-SQLite takes the time as a parameter, Redis is asked for the key's remaining time to live.
+Redis comes from Debian (`redis-server`, installed by scripts/install-test-deps.sh, which `make test`
+runs); tests/servers.py starts a throw-away server on 127.0.0.1 on a free port. Expiry is checked
+without sleeping: SQLite takes the time as a parameter, Redis is asked for the key's remaining time
+to live.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ def redis_url() -> Iterator[str]:
         yield url
 
 
-@pytest.fixture(params=["sqlite", "redis"])
+@pytest.fixture(params=["sqlite", pytest.param("redis", marks=pytest.mark.slow)])
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[ReplayStore]:
     if request.param == "sqlite":
         s: ReplayStore = SqliteReplayStore(tmp_path / "replay.sqlite3")
@@ -101,6 +102,7 @@ def test_sqlite_file_is_shared_by_two_stores(tmp_path: Path) -> None:
     b.close()
 
 
+@pytest.mark.slow
 def test_redis_sets_expiry_and_is_shared(redis_url: str) -> None:
     import redis
 
@@ -118,6 +120,7 @@ def test_redis_sets_expiry_and_is_shared(redis_url: str) -> None:
     b.close()
 
 
+@pytest.mark.slow
 def test_open_replay_store_by_url(tmp_path: Path, redis_url: str) -> None:
     s = open_replay_store(f"sqlite:///{tmp_path}/a.sqlite3")
     assert isinstance(s, SqliteReplayStore) and s.path == f"{tmp_path}/a.sqlite3"
@@ -132,6 +135,7 @@ def test_open_replay_store_by_url(tmp_path: Path, redis_url: str) -> None:
     assert sqlite_path("/plain/path.db") == "/plain/path.db"
 
 
+@pytest.mark.slow
 def test_redis_password_is_not_shown(redis_url: str) -> None:
     port = redis_url.rsplit(":", 1)[1]
     r = RedisReplayStore(f"redis://user:secret@127.0.0.1:{port}")

@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
+import pytest
 from typer.testing import CliRunner
 
 import verilive
@@ -73,6 +74,7 @@ def test_version() -> None:
     assert result.exit_code == 0 and result.stdout.strip() == verilive.__version__
 
 
+@pytest.mark.slow
 def test_serve_voice_answers_health_and_metrics(models_settings: Settings) -> None:
     port = free_port()
     with running(["serve", "voice", "--port", str(port)], env_for(models_settings.models_dir)) as proc:
@@ -90,6 +92,7 @@ def test_serve_voice_answers_health_and_metrics(models_settings: Settings) -> No
         assert '"request_id"' in (proc.stderr.read() if proc.stderr else "")
 
 
+@pytest.mark.slow
 def test_serve_all_runs_three_services(models_settings: Settings) -> None:
     ports = {"face": free_port(), "voice": free_port(), "capture": free_port()}
     args = ["serve", "all", "--face-port", str(ports["face"]), "--voice-port", str(ports["voice"])]
@@ -121,6 +124,7 @@ def test_serve_refuses_to_start_without_models(tmp_path: Path) -> None:
     assert "verilive models pull campplus pyannote_segmentation" in proc.stderr.replace("\n", "")
 
 
+@pytest.mark.slow
 def test_serve_port_in_use_exits_nonzero(models_settings: Settings) -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

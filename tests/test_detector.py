@@ -108,6 +108,7 @@ def test_converter_makes_shapes_dynamic(shared_dir: Path, tmp_path: Path) -> Non
 # --- detection counts --------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_group_photo_has_six_faces(detector: FaceDetector, photos: dict[str, np.ndarray]) -> None:
     faces = detector.detect(photos[GROUP])
     assert len(faces) == 6
@@ -116,6 +117,7 @@ def test_group_photo_has_six_faces(detector: FaceDetector, photos: dict[str, np.
     assert areas == sorted(areas, reverse=True)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", SINGLES)
 def test_single_face_photos_have_one_face(
     name: str, detector: FaceDetector, photos: dict[str, np.ndarray]
@@ -127,6 +129,7 @@ def test_single_face_photos_have_one_face(
     assert face.width > 0.1 * min(h, w)
 
 
+@pytest.mark.slow
 def test_blank_and_noise_images_have_no_face(detector: FaceDetector) -> None:
     rng = np.random.default_rng(3)
     assert detector.detect(np.zeros((480, 640, 3), np.uint8)) == []
@@ -135,6 +138,7 @@ def test_blank_and_noise_images_have_no_face(detector: FaceDetector) -> None:
     assert detector.detect(rng.integers(0, 256, (7, 5, 3), dtype=np.uint8)) == []
 
 
+@pytest.mark.slow
 def test_small_face_found_by_second_pass(detector: FaceDetector, photos: dict[str, np.ndarray]) -> None:
     # A 40 px face in a 1280x960 image is 10 px in the 320-wide first pass, too small for the model;
     # the second pass at 640 sees it at 20 px.
@@ -156,6 +160,7 @@ def test_small_face_found_by_second_pass(detector: FaceDetector, photos: dict[st
 # --- geometry -----------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_coordinates_follow_padding_and_scaling(
     detector: FaceDetector, photos: dict[str, np.ndarray]
 ) -> None:
@@ -171,6 +176,7 @@ def test_coordinates_follow_padding_and_scaling(
     np.testing.assert_allclose(np.multiply(smaller.box, 2), face.box, atol=2 * tol)
 
 
+@pytest.mark.slow
 def test_landmarks_inside_box_and_in_order(detector: FaceDetector, photos: dict[str, np.ndarray]) -> None:
     for name, img in photos.items():
         for f in detector.detect(img):
@@ -206,6 +212,7 @@ def test_head_pose_math_on_a_synthetic_face() -> None:
     assert head_pose(up)[1] > 10
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", PORTRAITS)
 @pytest.mark.parametrize("degrees", [-20.0, 20.0])
 def test_roll_follows_rotation(
@@ -217,6 +224,7 @@ def test_roll_follows_rotation(
     assert turned.roll - face.roll == pytest.approx(degrees, abs=10.0)
 
 
+@pytest.mark.slow
 def test_horizontal_flip_flips_yaw_and_roll(detector: FaceDetector, photos: dict[str, np.ndarray]) -> None:
     checked = 0
     for name, img in photos.items():
@@ -234,6 +242,7 @@ def test_horizontal_flip_flips_yaw_and_roll(detector: FaceDetector, photos: dict
     assert checked >= 5  # enough clearly turned faces for the sign check to mean something
 
 
+@pytest.mark.slow
 def test_turned_faces_in_group_photo(detector: FaceDetector, photos: dict[str, np.ndarray]) -> None:
     # In t1.jpg the man standing at the back (the highest face) looks far to the image's left; the
     # others face the camera more.
@@ -246,6 +255,7 @@ def test_turned_faces_in_group_photo(detector: FaceDetector, photos: dict[str, n
 # --- input checks --------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_rejects_bad_input(detector: FaceDetector) -> None:
     for bad in (
         np.zeros((10, 10), np.uint8),

@@ -202,6 +202,7 @@ def test_unembedded_local_speaker_joins_the_co_active_speaker() -> None:
     assert extra[20:300, 1].all() and not extra[:, 0].any()
 
 
+@pytest.mark.slow
 def test_local_decision_thresholds(diarizer: Diarizer) -> None:
     """P(nobody) below the speech threshold gives the most likely local speaker; P(two) above the
     overlap threshold adds the second most likely."""
@@ -215,6 +216,7 @@ def test_local_decision_thresholds(diarizer: Diarizer) -> None:
     assert not diarizer.replace(speech_threshold=0.5).decide(p)[1].any()
 
 
+@pytest.mark.slow
 def test_overlap_in_a_dev_excerpt_gives_two_overlapping_turns(diarizer: Diarizer, shared_dir: Path) -> None:
     """trn00 of the AMI dev excerpts: 3 speakers, several seconds of two people at once. Some of that
     comes out as turns of two keys at the same time, and overlap is not reported where it is not."""
@@ -245,6 +247,7 @@ def test_overlap_in_a_dev_excerpt_gives_two_overlapping_turns(diarizer: Diarizer
     assert flat.max() <= 1
 
 
+@pytest.mark.slow
 def test_two_joined_speakers_at_once(diarizer: Diarizer, shared_dir: Path) -> None:
     """Read speech: A alone 0-8 s, A and B mixed 8-11 s, B alone 11-19 s."""
     a = sf.read(shared_dir / LIBRI / "1246-124548-0000.flac", dtype="float32")[0][: 11 * 16000]
@@ -282,6 +285,7 @@ def test_config_validation() -> None:
 # ------------------------------------------------------------------------------ on real speech
 
 
+@pytest.mark.slow
 def test_two_speakers_found_on_the_dev_sample(diarizer: Diarizer, sample: tuple[np.ndarray, int]) -> None:
     x, sr = sample
     turns = diarizer.diarize(x, sr)
@@ -289,6 +293,7 @@ def test_two_speakers_found_on_the_dev_sample(diarizer: Diarizer, sample: tuple[
     check_turns(turns, x.size)
 
 
+@pytest.mark.slow
 def test_silence_and_noise_give_no_speakers(diarizer: Diarizer) -> None:
     assert diarizer.diarize(np.zeros(5 * 16000, np.float32), 16000) == {}
     assert diarizer.diarize(np.zeros(0, np.float32), 16000) == {}
@@ -297,6 +302,7 @@ def test_silence_and_noise_give_no_speakers(diarizer: Diarizer) -> None:
     assert diarizer.diarize(noise.astype(np.float32), 16000) == {}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["103-1240-0000.flac", "1040-133433-0000.flac", "198-126831-0000.flac"])
 def test_one_librispeech_speaker_is_one_key(diarizer: Diarizer, shared_dir: Path, name: str) -> None:
     x, sr = sf.read(shared_dir / LIBRI / name, dtype="float32")
@@ -305,6 +311,7 @@ def test_one_librispeech_speaker_is_one_key(diarizer: Diarizer, shared_dir: Path
     check_turns(turns, x.size)
 
 
+@pytest.mark.slow
 def test_keys_in_order_of_first_appearance(diarizer: Diarizer, three: np.ndarray) -> None:
     turns = diarizer.diarize(three, 16000)
     assert len(turns) == 3
@@ -316,6 +323,7 @@ def test_keys_in_order_of_first_appearance(diarizer: Diarizer, three: np.ndarray
         assert max(time_in, key=time_in.__getitem__) == str(i)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("k", [1, 2, 3])
 def test_num_speakers_is_honoured(diarizer: Diarizer, three: np.ndarray, k: int) -> None:
     turns = diarizer.diarize(three, 16000, num_speakers=k)
@@ -323,6 +331,7 @@ def test_num_speakers_is_honoured(diarizer: Diarizer, three: np.ndarray, k: int)
     check_turns(turns, three.size)
 
 
+@pytest.mark.slow
 def test_more_speakers_asked_than_heard(diarizer: Diarizer, three: np.ndarray) -> None:
     """Four asked of three voices: a split-off fourth speaker gets turns only where it leads."""
     turns = diarizer.diarize(three, 16000, num_speakers=4)
@@ -330,11 +339,13 @@ def test_more_speakers_asked_than_heard(diarizer: Diarizer, three: np.ndarray) -
     check_turns(turns, three.size)
 
 
+@pytest.mark.slow
 def test_sample_forced_to_one_speaker(diarizer: Diarizer, sample: tuple[np.ndarray, int]) -> None:
     x, sr = sample
     assert list(diarizer.diarize(x, sr, num_speakers=1)) == ["0"]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("bad", [0, -1, 11, 2.0, True, "2", np.nan])
 def test_invalid_num_speakers_raises(diarizer: Diarizer, bad: Any) -> None:
     assert diarizer.config.max_speakers == 10
@@ -342,10 +353,12 @@ def test_invalid_num_speakers_raises(diarizer: Diarizer, bad: Any) -> None:
         diarizer.diarize(np.zeros(16000, np.float32), 16000, num_speakers=bad)
 
 
+@pytest.mark.slow
 def test_numpy_integer_num_speakers_is_accepted(diarizer: Diarizer, three: np.ndarray) -> None:
     assert len(diarizer.diarize(three, 16000, num_speakers=np.int64(2))) == 2
 
 
+@pytest.mark.slow
 def test_other_sample_rates(diarizer: Diarizer, sample: tuple[np.ndarray, int]) -> None:
     import soxr
 
@@ -375,6 +388,7 @@ class CountingSession:
         return self.session.run(names, feed)
 
 
+@pytest.mark.slow
 def test_chunks_and_embeddings_are_batched(engine: VoiceEngine, sample: tuple[np.ndarray, int]) -> None:
     x, sr = sample  # 30 s: 22 chunks of 10 s, 21 every 59 frames and one ending at the end
     seg = CountingSession(engine.diarizer.segmenter.session)
@@ -394,6 +408,7 @@ def test_chunks_and_embeddings_are_batched(engine: VoiceEngine, sample: tuple[np
     assert same >= 0.95 * sum(e - s for s, e in turns["0"])
 
 
+@pytest.mark.slow
 def test_embed_batch_matches_single_embeddings(engine: VoiceEngine, sample: tuple[np.ndarray, int]) -> None:
     x, _ = sample
     cam = engine.embedder
@@ -409,6 +424,7 @@ def test_embed_batch_matches_single_embeddings(engine: VoiceEngine, sample: tupl
     assert cam.embed_batch([]).shape == (0, 192)
 
 
+@pytest.mark.slow
 def test_long_input_runs_in_bounded_memory(diarizer: Diarizer, sample: tuple[np.ndarray, int]) -> None:
     x, sr = sample
     long = np.resize(x, 10 * 60 * sr)  # 10 min of the two-speaker sample, tiled (38 MB of float32)

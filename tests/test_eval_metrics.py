@@ -1,10 +1,10 @@
-"""The evaluation scripts' own statistics (eval/metrics.py)."""
+"""The evaluation and training scripts' own statistics (common/metrics.py)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
-from eval.metrics import bootstrap_eer, eer
+from common.metrics import bootstrap_eer, eer
 
 
 def _trials(rng: np.random.Generator, groups: int, per_group: int) -> tuple[np.ndarray, ...]:

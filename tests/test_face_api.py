@@ -19,6 +19,8 @@ from tests.test_server import assert_error
 from verilive.config import Settings
 from verilive.server.app import create_service_app
 
+pytestmark = pytest.mark.slow  # every test runs the service on the real models
+
 PAD = "data/face/pad_silentface"
 MISC = "data/face/real_faces_misc"
 

@@ -53,6 +53,7 @@ def canvas(h: int, w: int) -> np.ndarray:
     return np.full((h, w, 3), 200, np.uint8)
 
 
+@pytest.mark.slow
 def test_clean_portrait_passes(engine: FaceEngine, portrait: np.ndarray) -> None:
     r = engine.check(png(portrait))
     assert r.ok, r.error
@@ -62,12 +63,14 @@ def test_clean_portrait_passes(engine: FaceEngine, portrait: np.ndarray) -> None
     assert (r.width, r.height) == (910, 1137)
 
 
+@pytest.mark.slow
 def test_face_not_found(engine: FaceEngine) -> None:
     assert code_of(engine, canvas(480, 640)) == ErrorCode.FACE_NOT_FOUND
     noise = np.random.default_rng(0).integers(0, 256, (480, 640, 3), dtype=np.uint8)
     assert code_of(engine, noise) == ErrorCode.FACE_NOT_FOUND
 
 
+@pytest.mark.slow
 def test_too_many_faces(engine: FaceEngine, shared_dir: Path, portrait: np.ndarray) -> None:
     group = cv2.imread(str(shared_dir / GROUP))
     assert len(engine.detector.detect(group)) == 6
@@ -80,6 +83,7 @@ def test_too_many_faces(engine: FaceEngine, shared_dir: Path, portrait: np.ndarr
     assert code_of(engine, img) != ErrorCode.TOO_MANY_FACES
 
 
+@pytest.mark.slow
 def test_face_too_small(engine: FaceEngine, portrait: np.ndarray) -> None:
     img = canvas(1137, 910)
     small = cv2.resize(portrait, None, fx=0.15, fy=0.15)  # face ~50 px high
@@ -101,6 +105,7 @@ def test_face_too_small(engine: FaceEngine, portrait: np.ndarray) -> None:
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("shift", [450, 500])
 def test_face_cropped(engine: FaceEngine, portrait: np.ndarray, shift: int) -> None:
     # The face spans x 373..607: cutting 450 or 500 px off the left cuts into it.
@@ -108,12 +113,14 @@ def test_face_cropped(engine: FaceEngine, portrait: np.ndarray, shift: int) -> N
     assert code_of(engine, portrait[:, : 910 - shift + 60][:, ::-1].copy()) == ErrorCode.FACE_CROPPED
 
 
+@pytest.mark.slow
 def test_face_cropped_real_partial_faces(engine: FaceEngine, shared_dir: Path) -> None:
     for name in ("obama_partial_face.jpg", "obama_partial_face2.jpg"):
         data = (shared_dir / "data/face/real_faces_misc/face_recognition" / name).read_bytes()
         assert engine.check(data).error_code == ErrorCode.FACE_CROPPED
 
 
+@pytest.mark.slow
 def test_face_close_to_border(engine: FaceEngine, portrait: np.ndarray) -> None:
     face = engine.detector.detect(portrait)[0]
     x1 = face_extent(face)[0]
@@ -126,6 +133,7 @@ def test_face_close_to_border(engine: FaceEngine, portrait: np.ndarray) -> None:
     assert code_of(engine, img, Domain.DESKTOP) is None
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("angle", [-50, 50])
 def test_face_angle_too_large(engine: FaceEngine, portrait: np.ndarray, angle: float) -> None:
     big = cv2.copyMakeBorder(portrait, 300, 300, 300, 300, cv2.BORDER_CONSTANT, value=(200, 200, 200))
@@ -140,6 +148,7 @@ def test_face_angle_too_large(engine: FaceEngine, portrait: np.ndarray, angle: f
     assert engine.check(png(cv2.warpAffine(big, m, (w, h), borderValue=(200, 200, 200)))).ok
 
 
+@pytest.mark.slow
 def test_face_is_occluded(engine: FaceEngine, portrait: np.ndarray) -> None:
     face = engine.detector.detect(portrait)[0]
     lm = face.landmarks
@@ -156,12 +165,14 @@ def test_face_is_occluded(engine: FaceEngine, portrait: np.ndarray) -> None:
     assert r.error_code == ErrorCode.FACE_IS_OCCLUDED, r.error
 
 
+@pytest.mark.slow
 def test_image_too_small(engine: FaceEngine, portrait: np.ndarray) -> None:
     small = cv2.resize(portrait, None, fx=0.2, fy=0.2)  # 182x227: the face (~66 px) passes every face rule
     r = engine.check(png(small))
     assert r.error_code == ErrorCode.IMAGE_TOO_SMALL, r.error
 
 
+@pytest.mark.slow
 def test_precedence(engine: FaceEngine, portrait: np.ndarray) -> None:
     # Too small and cropped at once: FACE_TOO_SMALL comes first.
     tiny = cv2.resize(portrait[:, 450:], None, fx=0.12, fy=0.12)
@@ -170,12 +181,14 @@ def test_precedence(engine: FaceEngine, portrait: np.ndarray) -> None:
     assert code_of(engine, np.hstack([portrait, portrait[:, :500]])) == ErrorCode.TOO_MANY_FACES
 
 
+@pytest.mark.slow
 def test_unreadable_input_is_a_rejection_not_an_exception(engine: FaceEngine) -> None:
     for data in (b"", b"GIF89a....", b"\xff\xd8\xff\xe0" + b"\0" * 100):
         r = engine.check(data)
         assert isinstance(r, ImageResult) and r.error_code == ErrorCode.FAILED_TO_READ_IMAGE
 
 
+@pytest.mark.slow
 def test_calibration_offsets_order_the_probabilities(engine: FaceEngine, shared_dir: Path) -> None:
     data = (shared_dir / PAD / "image_F2.jpg").read_bytes()
     res = {c: engine.check(data, calibration=c) for c in Calibration}
@@ -188,6 +201,7 @@ def test_calibration_offsets_order_the_probabilities(engine: FaceEngine, shared_
         assert r.probability == pytest.approx(sigmoid(s + engine.offset("ensemble", c)))
 
 
+@pytest.mark.slow
 def test_batch_equals_single(engine: FaceEngine, shared_dir: Path) -> None:
     datas = [(shared_dir / PAD / n).read_bytes() for n in ("image_T1.jpg", "image_F2.jpg", "image_T2.jpg")]
     batch = engine.check_images([*datas, *datas, b"junk"])  # 6 valid: the models' batch is split

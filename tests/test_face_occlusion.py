@@ -157,6 +157,7 @@ def check(img: np.ndarray, face: Face) -> Occlusion:
 # --- tests ------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", SINGLE_FACE_PHOTOS)
 def test_unoccluded_faces_are_not_flagged(name: str, faces: dict[str, tuple[np.ndarray, Face]]) -> None:
     img, face = faces[name]
@@ -167,6 +168,7 @@ def test_unoccluded_faces_are_not_flagged(name: str, faces: dict[str, tuple[np.n
     assert occ.score < 0.3, occ
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", SINGLE_FACE_PHOTOS)
 def test_hand_over_eye_and_nose_is_flagged_at_that_eye(
     name: str, faces: dict[str, tuple[np.ndarray, Face]], shared_dir: Path, detector: FaceDetector
@@ -181,6 +183,7 @@ def test_hand_over_eye_and_nose_is_flagged_at_that_eye(
     assert occ.regions["left_eye"] < DEFAULT_THRESHOLD
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("colour", [(225, 195, 150), (235, 238, 240)], ids=["light_blue", "white"])
 @pytest.mark.parametrize("name", SINGLE_FACE_PHOTOS)
 def test_surgical_mask_is_flagged_at_nose_or_mouth(
@@ -193,6 +196,7 @@ def test_surgical_mask_is_flagged_at_nose_or_mouth(
     assert max(occ.regions["right_eye"], occ.regions["left_eye"]) < DEFAULT_THRESHOLD
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", SINGLE_FACE_PHOTOS)
 def test_sunglasses_are_flagged_at_the_eyes(name: str, faces: dict[str, tuple[np.ndarray, Face]]) -> None:
     img, face = faces[name]
@@ -204,6 +208,7 @@ def test_sunglasses_are_flagged_at_the_eyes(name: str, faces: dict[str, tuple[np
     assert max(occ.regions["nose"], occ.regions["mouth"]) < DEFAULT_THRESHOLD
 
 
+@pytest.mark.slow
 def test_threshold_sets_the_flag(faces: dict[str, tuple[np.ndarray, Face]]) -> None:
     img, face = faces["pad_silentface/image_T1.jpg"]
     covered = sunglasses(img, face)
@@ -212,6 +217,7 @@ def test_threshold_sets_the_flag(faces: dict[str, tuple[np.ndarray, Face]]) -> N
     assert not occlusion(covered, face.box, face.landmarks, threshold=min(occ.score + 0.01, 1.01)).occluded
 
 
+@pytest.mark.slow
 def test_canonical_face_puts_the_eyes_level_and_apart(faces: dict[str, tuple[np.ndarray, Face]]) -> None:
     # A rotated copy of a photo must give (nearly) the same canonical face as the original.
     img, face = faces["real_faces_misc/face_recognition/obama.jpg"]

@@ -53,6 +53,7 @@ def factors(img: np.ndarray, face: Face, **kw: float) -> QualityFactors:
     return quality_factors(img, face.box, face.landmarks, occlusion_score=0.0, **angles)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", PHOTOS)
 def test_clean_faces_score_well_and_stay_in_range(
     name: str, faces: dict[str, tuple[np.ndarray, Face]]
@@ -65,6 +66,7 @@ def test_clean_faces_score_well_and_stay_in_range(
     assert q.overall > 0.6
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", PHOTOS)
 def test_blur_lowers_sharpness_monotonically(name: str, faces: dict[str, tuple[np.ndarray, Face]]) -> None:
     img, face = faces[name]
@@ -81,6 +83,7 @@ def test_blur_lowers_sharpness_monotonically(name: str, faces: dict[str, tuple[n
     assert facs[-1] < 0.4  # the 112-px Tom Hanks crop keeps the most edge energy (0.37)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", PHOTOS)
 def test_dark_and_overexposed_lower_exposure(name: str, faces: dict[str, tuple[np.ndarray, Face]]) -> None:
     img, face = faces[name]
@@ -101,6 +104,7 @@ def test_exposure_of_plain_levels() -> None:
     assert exposure(half) < 0.1
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "name", ["real_faces_misc/face_recognition/obama.jpg", "pad_silentface/image_T2.jpg"]
 )
@@ -118,6 +122,7 @@ def test_small_faces_lower_size(
     assert all(a >= b for a, b in pairwise(sizes)) and sizes[-1] < 0.5, sizes
 
 
+@pytest.mark.slow
 def test_large_yaw_lowers_pose(faces: dict[str, tuple[np.ndarray, Face]]) -> None:
     img, face = faces["real_faces_misc/face_recognition/obama.jpg"]
     poses = [factors(img, face, yaw=y, pitch=0.0, roll=0.0).pose for y in (0.0, 15.0, 30.0, 45.0, 60.0)]
@@ -126,6 +131,7 @@ def test_large_yaw_lowers_pose(faces: dict[str, tuple[np.ndarray, Face]]) -> Non
     assert factors(img, face, yaw=-30.0, pitch=0.0, roll=0.0).pose == pytest.approx(poses[2])
 
 
+@pytest.mark.slow
 def test_turned_face_in_a_real_photo_has_a_low_pose(shared_dir: Path, detector: FaceDetector) -> None:
     img = cv2.imread(str(shared_dir / "data/face/real_faces_misc/insightface/t1.jpg"), cv2.IMREAD_COLOR)
     found = detector.detect(img)
@@ -143,6 +149,7 @@ def test_overall_combines_factors() -> None:
     assert 0.0 <= QualityFactors(0.2, 0.3, 0.9, 0.4, 0.7).overall <= 1.0
 
 
+@pytest.mark.slow
 def test_occlusion_score_enters_as_its_complement(faces: dict[str, tuple[np.ndarray, Face]]) -> None:
     img, face = faces["pad_silentface/image_T1.jpg"]
     a = quality_factors(img, face.box, face.landmarks, 0.0, 0.0, 0.0, 0.2)

@@ -13,7 +13,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 import pytest
-from eval.face_attack_sim import cutout_attack, paper_mask_attack
+from common.face_attack_sim import cutout_attack, paper_mask_attack
 
 from verilive.config import Settings
 from verilive.face import facepad

@@ -128,24 +128,28 @@ def _run(service: str, case: Case, app: FastAPI) -> None:
 _HYPOTHESIS = settings(deadline=None, suppress_health_check=list(HealthCheck))
 
 
+@pytest.mark.slow
 @voice.parametrize()
 @_HYPOTHESIS
 def test_fuzz_voice(case: Case, apps: dict[str, FastAPI]) -> None:
     _run("voice", case, apps["voice"])
 
 
+@pytest.mark.slow
 @face.parametrize()
 @_HYPOTHESIS
 def test_fuzz_face(case: Case, apps: dict[str, FastAPI]) -> None:
     _run("face", case, apps["face"])
 
 
+@pytest.mark.slow
 @capture.parametrize()
 @_HYPOTHESIS
 def test_fuzz_capture(case: Case, apps: dict[str, FastAPI]) -> None:
     _run("capture", case, apps["capture"])
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", SERVICES)
 def test_fuzzed_document_is_the_served_one(name: str, apps: dict[str, FastAPI]) -> None:
     with TestClient(apps[name]) as client:
@@ -184,6 +188,7 @@ def test_checks_catch_bad_responses(path: str, failure: str) -> None:
 # ------------------------------------------------------------------ found by fuzzing
 
 
+@pytest.mark.slow
 def test_service_restarts_on_the_same_app(models_settings: Settings, tmp_path: Path) -> None:
     """A second lifespan on one app (test clients, schemathesis) used to answer 500.
 
@@ -205,6 +210,7 @@ def test_service_restarts_on_the_same_app(models_settings: Settings, tmp_path: P
     assert counts == [1.0, 2.0]
 
 
+@pytest.mark.slow
 def test_unexpected_error_keeps_the_request_id(models_settings: Settings, tmp_path: Path) -> None:
     """A 500 used to say 'quote request id None': its handler runs after the id was reset."""
     app = create_service_app("face", _settings(models_settings, tmp_path))

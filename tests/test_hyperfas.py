@@ -183,6 +183,7 @@ def test_non_hdf5_file_is_refused(tmp_path: Path) -> None:
         load_model(bad)
 
 
+@pytest.mark.slow
 def test_torch_module_matches_keras(
     torch_model: Any, golden: dict[str, Any], check_input: np.ndarray, shared_dir: Path
 ) -> None:
@@ -197,6 +198,7 @@ def test_torch_module_matches_keras(
     assert_rows_match(p_live, features, golden["images"], golden["feature_step"])
 
 
+@pytest.mark.slow
 def test_features_are_in_keras_flatten_order(torch_model: Any, check_input: np.ndarray) -> None:
     import torch
 
@@ -222,6 +224,7 @@ def test_features_are_in_keras_flatten_order(torch_model: Any, check_input: np.n
 # --- (b) ONNX export and the installed model --------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_fresh_onnx_interface_and_graph(fresh_onnx: Path) -> None:
     import onnx
     import onnxruntime as ort
@@ -245,6 +248,7 @@ def test_fresh_onnx_interface_and_graph(fresh_onnx: Path) -> None:
     assert outs["features"][0] == outs["p_live"][0] and outs["features"][1] == 1024
 
 
+@pytest.mark.slow
 def test_fresh_onnx_matches_keras_and_torch(
     fresh_onnx: Path, torch_model: Any, golden: dict[str, Any], check_input: np.ndarray
 ) -> None:
@@ -262,6 +266,7 @@ def test_fresh_onnx_matches_keras_and_torch(
     assert max_abs(f3[:2], features) <= 1e-5 and max_abs(f3[2], features[0]) <= 1e-5
 
 
+@pytest.mark.slow
 def test_installed_model_matches_keras_on_real_crops(
     net: HyperFAS, golden: dict[str, Any], shared_dir: Path
 ) -> None:
@@ -282,6 +287,7 @@ def test_installed_model_matches_keras_on_real_crops(
     assert max_abs(np.concatenate([s[1] for s in singles]), features) <= 1e-5
 
 
+@pytest.mark.slow
 def test_live_image_scores_above_printed_attack(net: HyperFAS, shared_dir: Path) -> None:
     detector_mod = pytest.importorskip("verilive.face.detector")
     settings = Settings()
@@ -374,6 +380,7 @@ def test_preprocess_is_upstreams_normalisation() -> None:
     np.testing.assert_array_equal(preprocess(crops.astype(np.float32)), x)  # float 0..255 works the same
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "shape", [(224, 224, 3), (1, 3, 224, 224), (1, 223, 224, 3), (2, 224, 224, 4), (1, 80, 80, 3)]
 )
@@ -382,6 +389,7 @@ def test_bad_crop_shapes_raise(net: HyperFAS, shape: tuple[int, ...]) -> None:
         net.predict(np.zeros(shape, np.uint8))
 
 
+@pytest.mark.slow
 def test_empty_batch_and_wrong_session(net: HyperFAS) -> None:
     p_live, features = net.predict(np.zeros((0, INPUT_SIZE, INPUT_SIZE, 3), np.uint8))
     assert p_live.shape == (0,) and features.shape == (0, FEATURE_DIM)

@@ -104,6 +104,7 @@ def golden_crops(golden: dict[str, np.ndarray], mid: str) -> np.ndarray:
 # --- (a) PyTorch modules --------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mid", MODELS)
 def test_torch_module_reproduces_golden_logits(
     mid: str, golden: dict[str, np.ndarray], torch_models: dict[str, Any]
@@ -118,6 +119,7 @@ def test_torch_module_reproduces_golden_logits(
     assert max_abs(rows, golden[f"{ARCH[mid]}_logits_float64"]) <= LOGIT_ATOL
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mid", MODELS)
 def test_torch_module_reproduces_intermediates(
     mid: str, shared_dir: Path, torch_models: dict[str, Any]
@@ -159,6 +161,7 @@ def test_checkpoint_of_the_other_architecture_is_refused(shared_dir: Path) -> No
 # --- (b) ONNX export -------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mid", MODELS)
 def test_fresh_onnx_matches_golden(mid: str, golden: dict[str, np.ndarray], fresh_sessions: Any) -> None:
     sess = fresh_sessions[mid]
@@ -172,6 +175,7 @@ def test_fresh_onnx_matches_golden(mid: str, golden: dict[str, np.ndarray], fres
     assert max_abs(rows, golden[f"{ARCH[mid]}_logits"]) <= LOGIT_ATOL
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mid", MODELS)
 def test_installed_model_matches_golden(
     mid: str, golden: dict[str, np.ndarray], nets: dict[str, MiniFASNet]
@@ -184,6 +188,7 @@ def test_installed_model_matches_golden(
     assert max_abs(softmax(rows), golden[f"{ARCH[mid]}_softmax"]) <= 1e-5
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mid", MODELS)
 def test_dynamic_batch_equals_single_runs(
     mid: str, golden: dict[str, np.ndarray], nets: dict[str, MiniFASNet]
@@ -198,6 +203,7 @@ def test_dynamic_batch_equals_single_runs(
     assert max_abs(net.logits(crops[::-1]), singles[::-1]) <= 1e-5
 
 
+@pytest.mark.slow
 def test_combined_decision_matches_upstream(
     golden: dict[str, np.ndarray], nets: dict[str, MiniFASNet]
 ) -> None:
@@ -271,6 +277,7 @@ def test_live_log_odds() -> None:
         MiniFASNet.live_log_odds(np.zeros(3))
 
 
+@pytest.mark.slow
 def test_wrapper_attributes_and_input_checks(nets: dict[str, MiniFASNet]) -> None:
     assert (nets[V2].model_id, nets[V2].scale) == ("minifasnet_v2", 2.7)
     assert (nets[V1SE].model_id, nets[V1SE].scale) == ("minifasnet_v1se", 4.0)
@@ -283,6 +290,7 @@ def test_wrapper_attributes_and_input_checks(nets: dict[str, MiniFASNet]) -> Non
         MiniFASNet(nets[V2].session, "campplus")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mid", MODELS)
 def test_live_image_scores_above_printed_attack(
     mid: str, shared_dir: Path, golden: dict[str, np.ndarray], nets: dict[str, MiniFASNet]

@@ -675,6 +675,7 @@ def test_spinning_setting(
 # --- the real models, from the shared mirror --------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not REAL_MIRROR.is_dir(), reason="shared model mirror not present")
 def test_real_models_from_mirror(models_dir: Path, no_upstream: None) -> None:
     store = ModelStore(models_dir, mirror=REAL_MIRROR, allow_upstream=False)

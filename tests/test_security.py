@@ -102,6 +102,7 @@ def test_client_answer_holds_the_verdict_only() -> None:
     assert client_answer(0.5) == {"capture_liveness": {"accepted": True}}
 
 
+@pytest.mark.slow
 def test_demo_answer_does_not_count_the_reasons(capture: TestClient, face: np.ndarray) -> None:
     """With a live face, one reason and three reasons must look the same to the browser. Before,
     (logit(face probability) - logit(capture probability)) / 3 gave the number of reasons."""
@@ -124,6 +125,7 @@ def test_demo_answer_does_not_count_the_reasons(capture: TestClient, face: np.nd
     assert len(reasons) >= 3, reasons
 
 
+@pytest.mark.slow
 def test_demo_route_hides_rejection_reasons_and_keeps_them_in_bi(
     capture: TestClient, face: np.ndarray
 ) -> None:
@@ -143,6 +145,7 @@ def test_demo_route_hides_rejection_reasons_and_keeps_them_in_bi(
     assert "UNTRUSTED_ENVIRONMENT" in full["capture_liveness"]["rejection"]
 
 
+@pytest.mark.slow
 def test_demo_route_accepts_a_clean_capture_and_maps_errors(capture: TestClient, face: np.ndarray) -> None:
     blob = build_bundle(PUBLIC, None, camera_jpeg(face))
     r = capture.post("/demo/check_capture_liveness", content=blob, headers=OCTET)
@@ -166,6 +169,7 @@ def test_demo_page_posts_to_the_demo_route() -> None:
     assert 'fetch("/check_capture_liveness"' not in page
 
 
+@pytest.mark.slow
 def test_logs_hold_no_external_data_image_or_bundle(
     capture: TestClient, face: np.ndarray, log_lines: list[str]
 ) -> None:
@@ -184,6 +188,7 @@ def test_logs_hold_no_external_data_image_or_bundle(
     assert image[:48].hex() not in text
 
 
+@pytest.mark.slow
 def test_private_key_material_is_never_logged(
     models_settings: Settings, tmp_path: Path, log_lines: list[str]
 ) -> None:

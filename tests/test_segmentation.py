@@ -67,6 +67,7 @@ def test_golden_file_is_what_we_think(golden: Any) -> None:
     assert int(golden["receptive_field_center0_samples"]) == FRAME_CENTRE0
 
 
+@pytest.mark.slow
 def test_torch_module_matches_golden(torch_model: Any, golden: Any) -> None:
     import torch
 
@@ -82,6 +83,7 @@ def test_torch_module_matches_golden(torch_model: Any, golden: Any) -> None:
     assert_matches(batch, golden["log_probs_batch3"])
 
 
+@pytest.mark.slow
 def test_torch_stages_match_intermediates(torch_model: Any, shared_dir: Path, golden: Any) -> None:
     """The SincNet output and the LSTM output of the AMI chunk, so a mismatch points at its stage."""
     import torch
@@ -104,6 +106,7 @@ def test_checkpoint_loads_without_pyannote(shared_dir: Path) -> None:
     assert sum(v.numel() for v in state.values()) == 1_473_515
 
 
+@pytest.mark.slow
 def test_installed_onnx_matches_golden(segmenter: Segmenter, golden: Any) -> None:
     x = golden["inputs"][:, 0, :]
     for i in range(3):
@@ -113,6 +116,7 @@ def test_installed_onnx_matches_golden(segmenter: Segmenter, golden: Any) -> Non
     np.testing.assert_array_equal(Segmenter.active(lp), golden["multilabel_hard"].astype(bool))
 
 
+@pytest.mark.slow
 def test_onnx_matches_torch_on_other_lengths(segmenter: Segmenter, torch_model: Any, golden: Any) -> None:
     """The graph keeps batch and length dynamic; 3 s of the AMI chunk as well as 10 s."""
     import torch
@@ -125,6 +129,7 @@ def test_onnx_matches_torch_on_other_lengths(segmenter: Segmenter, torch_model: 
     np.testing.assert_allclose(np.exp(got), np.exp(want), atol=1e-4, rtol=0)
 
 
+@pytest.mark.slow
 def test_log_probs_rejects_other_shapes(segmenter: Segmenter) -> None:
     for bad in (np.zeros(CHUNK_SAMPLES, np.float32), np.zeros((1, 1000), np.float32)):
         with pytest.raises(ValueError, match="chunks"):
@@ -142,6 +147,7 @@ def test_chunk_starts_cover_the_audio() -> None:
         chunk_starts(100, 0)
 
 
+@pytest.mark.slow
 def test_sliding_reads_bounded_chunks(segmenter: Segmenter, golden: Any) -> None:
     wave = np.concatenate([golden["inputs"][0, 0], np.zeros(30000, np.float32)])
     reads: list[tuple[int, int]] = []

@@ -53,6 +53,7 @@ def capture(models_settings: Settings) -> Iterator[TestClient]:
 # ------------------------------------------------------------------ health and licence
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("service", ["voice", "face", "capture"])
 def test_health_up_with_models(models_settings: Settings, service: str) -> None:
     for c in client_for(service, models_settings):
@@ -74,6 +75,7 @@ def test_health_503_when_models_missing(empty_models: Settings, service: str) ->
         assert any("model" in p for p in body["problems"])
 
 
+@pytest.mark.slow
 def test_health_503_when_model_file_corrupt(models_settings: Settings, tmp_path) -> None:
     import shutil
 
@@ -88,6 +90,7 @@ def test_health_503_when_model_file_corrupt(models_settings: Settings, tmp_path)
         assert any("silero_vad" in p for p in r.json()["problems"])
 
 
+@pytest.mark.slow
 def test_health_503_after_licence_expiry(models_settings: Settings) -> None:
     yesterday = dt.date.today() - dt.timedelta(days=1)
     settings = models_settings.model_copy(update={"license_expiration_date": yesterday})
@@ -97,6 +100,7 @@ def test_health_503_after_licence_expiry(models_settings: Settings) -> None:
         assert any("licence expired" in p for p in r.json()["problems"])
 
 
+@pytest.mark.slow
 def test_expiration_date_reported_everywhere(models_settings: Settings) -> None:
     settings = models_settings.model_copy(update={"license_expiration_date": dt.date(2031, 5, 17)})
     for c in client_for("voice", settings):
@@ -114,6 +118,7 @@ def test_expiration_date_reported_everywhere(models_settings: Settings) -> None:
 # ------------------------------------------------------------------ metrics
 
 
+@pytest.mark.slow
 def test_metrics_count_requests_by_route_and_status(voice: TestClient) -> None:
     voice.get("/core/get_expiration_date")
     voice.get("/core/get_expiration_date")
@@ -130,6 +135,7 @@ def test_metrics_count_requests_by_route_and_status(voice: TestClient) -> None:
     assert "verilive_build_info{" in text
 
 
+@pytest.mark.slow
 def test_metrics_are_per_service(models_settings: Settings) -> None:
     for voice in client_for("voice", models_settings):
         for face in client_for("face", models_settings):
@@ -140,11 +146,13 @@ def test_metrics_are_per_service(models_settings: Settings) -> None:
 # ------------------------------------------------------------------ errors
 
 
+@pytest.mark.slow
 def test_unknown_path_and_method(voice: TestClient) -> None:
     assert_error(voice.get("/nope"), 404, "NOT_FOUND")
     assert_error(voice.get("/core/read_as_pcm16_samples"), 405, "METHOD_NOT_ALLOWED")
 
 
+@pytest.mark.slow
 def test_request_id_is_echoed_and_in_errors(voice: TestClient) -> None:
     r = voice.get("/nope", headers={"X-Request-ID": "abc-123"})
     assert r.headers["x-request-id"] == "abc-123"
@@ -153,6 +161,7 @@ def test_request_id_is_echoed_and_in_errors(voice: TestClient) -> None:
     assert re.fullmatch(r"[0-9a-f]{32}", r.headers["x-request-id"])
 
 
+@pytest.mark.slow
 def test_body_over_limit_is_413_by_content_length(models_settings: Settings) -> None:
     settings = models_settings.model_copy(update={"max_body_bytes": 1000})
     for c in client_for("voice", settings):
@@ -164,6 +173,7 @@ def test_body_over_limit_is_413_by_content_length(models_settings: Settings) -> 
         assert_error(r, 413, "PAYLOAD_TOO_LARGE")
 
 
+@pytest.mark.slow
 def test_streamed_body_over_limit_is_413(models_settings: Settings) -> None:
     settings = models_settings.model_copy(update={"max_body_bytes": 1000})
 
@@ -185,6 +195,7 @@ def test_streamed_body_over_limit_is_413(models_settings: Settings) -> None:
         assert c.get("/core/get_expiration_date").status_code == 200
 
 
+@pytest.mark.slow
 def test_capture_errors_use_unknown_code(capture: TestClient) -> None:
     r = capture.post(
         "/check_capture_liveness", content=b"", headers={"content-type": "application/octet-stream"}
@@ -193,6 +204,7 @@ def test_capture_errors_use_unknown_code(capture: TestClient) -> None:
     assert_error(capture.get("/nope"), 404, "UNKNOWN")
 
 
+@pytest.mark.slow
 def test_capture_200_mode_has_no_21_endpoints(models_settings: Settings) -> None:
     settings = models_settings.model_copy(update={"capture_api_version": "2.0.0"})
     for c in client_for("capture", settings):
@@ -206,6 +218,7 @@ def test_capture_200_mode_has_no_21_endpoints(models_settings: Settings) -> None
 # ------------------------------------------------------------------ no 500 for any endpoint
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("service", ["voice", "face", "capture"])
 def test_no_endpoint_answers_500_to_empty_or_junk_requests(models_settings: Settings, service: str) -> None:
     for c in client_for(service, models_settings):
@@ -231,6 +244,7 @@ def test_no_endpoint_answers_500_to_empty_or_junk_requests(models_settings: Sett
 # ------------------------------------------------------------------ Swagger UI, OpenAPI
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("service", ["voice", "face", "capture"])
 def test_swagger_ui_is_served_offline(models_settings: Settings, service: str) -> None:
     for c in client_for(service, models_settings):

@@ -25,12 +25,9 @@ from verilive.models.store import ModelStore
 from verilive.voice.vad import (
     MODEL_ID,
     WINDOW_SECONDS,
-    BatchConfig,
     SileroVad,
-    StreamingVad,
     VadConfig,
     _consecutive_frames,
-    _frames,
     model_rate,
     segments_from_probabilities,
     segments_to_mask,
@@ -110,8 +107,6 @@ def test_config_validation() -> None:
         VadConfig(threshold=0.4, neg_threshold=0.5)
     with pytest.raises(ValueError):
         VadConfig(min_speech_ms=-1)
-    with pytest.raises(ValueError):
-        BatchConfig(max_batch=0)
 
 
 def test_rules_hysteresis_merge_drop_pad() -> None:
@@ -159,18 +154,29 @@ def test_segments_to_mask_matches_brute_force() -> None:
         np.testing.assert_array_equal(segments_to_mask(segs, n, hop), want)
 
 
+def indexed_frames(x: np.ndarray, starts: np.ndarray, window: int, context: int) -> np.ndarray:
+    """Reference framing by an index array: the model input of the window at each start sample."""
+    pos = starts[:, None] + np.arange(-context, window)[None, :]
+    inside = (pos >= 0) & (pos < x.shape[0])
+    if x.shape[0] == 0:
+        return np.zeros(pos.shape, dtype=np.float32)
+    f = x[np.clip(pos, 0, x.shape[0] - 1)]
+    f[~(inside & np.isfinite(f))] = 0.0
+    return f
+
+
 @pytest.mark.parametrize("n", [0, 1, 255, 256, 257, 511, 512, 513, 5000, 40000])
 @pytest.mark.parametrize(("window", "context"), [(512, 64), (256, 32)])
 def test_consecutive_frames_equal_indexed_frames(n: int, window: int, context: int) -> None:
-    # The sequential path frames a block of windows by one padded copy and a strided view; it must give
-    # exactly the model inputs of the index-array framing (zero context/padding, non-finite -> 0).
+    # The VAD frames a block of windows by one padded copy and a strided view; it must give exactly
+    # the model inputs of the index-array framing (zero context/padding, non-finite -> 0).
     x = np.random.default_rng(n).standard_normal(n).astype(np.float32)
     if n > 10:
         x[[0, 3, n // 2, n - 1]] = [np.nan, np.inf, -np.inf, np.nan]
     n_windows = -(-n // window)
     for first in range(0, n_windows, 5):
         for count in {1, min(7, n_windows - first), n_windows - first}:
-            want = _frames(x, np.arange(first, first + count) * window, window, context)
+            want = indexed_frames(x, np.arange(first, first + count) * window, window, context)
             got = _consecutive_frames(x, first, count, window, context)
             assert got.shape == want.shape and got.dtype == np.float32
             np.testing.assert_array_equal(got, want)
@@ -180,6 +186,7 @@ def test_consecutive_frames_equal_indexed_frames(n: int, window: int, context: i
 # ------------------------------------------------------------------------------- edge cases
 
 
+@pytest.mark.slow
 def test_empty_short_nan_and_bad_input(vad: SileroVad) -> None:
     probs, hop = vad.probabilities(np.zeros(0, dtype=np.float32), 16000)
     assert probs.shape == (0,) and hop == WINDOW_SECONDS
@@ -201,6 +208,7 @@ def test_empty_short_nan_and_bad_input(vad: SileroVad) -> None:
         vad.probabilities(np.zeros(100, dtype=np.float32), 0)
 
 
+@pytest.mark.slow
 def test_silence_and_low_level_noise_have_no_speech(vad: SileroVad) -> None:
     assert vad.segments(np.zeros(5 * 16000, dtype=np.float32), 16000) == []
     assert vad.segments(np.zeros(5 * 8000, dtype=np.float32), 8000) == []
@@ -215,6 +223,7 @@ def test_silence_and_low_level_noise_have_no_speech(vad: SileroVad) -> None:
 # ------------------------------------------------------------------------------- real speech
 
 
+@pytest.mark.slow
 def test_librispeech_is_mostly_speech(vad: SileroVad) -> None:
     fractions = []
     for path in libri(8):
@@ -225,6 +234,7 @@ def test_librispeech_is_mostly_speech(vad: SileroVad) -> None:
     assert np.mean(fractions) > 0.75, fractions
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("annotation", "wav", "key"),
     [("VAD_dev.json", "valid.flac", "example_3"), ("VAD_train.json", "train.flac", "example_2")],
@@ -246,6 +256,7 @@ def test_speech_between_silences_has_accurate_boundaries(
     assert abs(e / sr - (2.0 + len(piece) / sr)) <= 0.1
 
 
+@pytest.mark.slow
 def test_8k_and_16k_agree(vad: SileroVad) -> None:
     for path in libri(4):
         x, sr = load(path)
@@ -257,6 +268,7 @@ def test_8k_and_16k_agree(vad: SileroVad) -> None:
         assert (m16[:n] == m8[:n]).mean() > 0.9, path.name
 
 
+@pytest.mark.slow
 def test_other_rates_are_resampled_and_map_back(vad: SileroVad, speech: tuple[np.ndarray, int]) -> None:
     x, sr = speech
     ref = vad.speech_mask(x, sr, hop=F1_HOP)
@@ -269,30 +281,10 @@ def test_other_rates_are_resampled_and_map_back(vad: SileroVad, speech: tuple[np
         assert (mask[:n] == ref[:n]).mean() > 0.95, rate
 
 
-# ------------------------------------------------------------------------------- streaming, batching, threads
+# ------------------------------------------------------------------------------- independence, threads
 
 
-@pytest.mark.parametrize("rate", [16000, 8000, 44100])
-def test_streaming_equals_one_shot(
-    session: Any, vad: SileroVad, speech: tuple[np.ndarray, int], rate: int
-) -> None:
-    x, sr = speech
-    x = resample(x[: 6 * sr], sr, rate)
-    want, _ = vad.probabilities(x, rate, batched=False)
-    rng = np.random.default_rng(rate)
-    stream = StreamingVad(session, rate)
-    for _ in range(2):  # the second pass checks that flush() resets the stream completely
-        got, i = [], 0
-        while i < len(x):
-            k = int(rng.choice([1, 7, 100, 255, 256, 257, 511, 512, 513, 1000, 4096]))
-            got.append(stream.feed(x[i : i + k]))
-            i += k
-        got.append(stream.flush())
-        probs = np.concatenate(got)
-        assert probs.shape == want.shape
-        np.testing.assert_allclose(probs, want, rtol=0, atol=1e-6)
-
-
+@pytest.mark.slow
 def test_each_call_is_independent(vad: SileroVad, speech: tuple[np.ndarray, int]) -> None:
     x, sr = speech
     a, _ = vad.probabilities(x[: 3 * sr], sr)
@@ -301,48 +293,7 @@ def test_each_call_is_independent(vad: SileroVad, speech: tuple[np.ndarray, int]
     np.testing.assert_array_equal(a, b)
 
 
-def test_batched_rows_equal_their_own_sequential_runs(session: Any, speech: tuple[np.ndarray, int]) -> None:
-    """Mechanics of the batched path: each row is an independent sequential run (batch B = rows)."""
-    x, sr = speech
-    batch = BatchConfig(enabled=True, min_seconds=0, chunk_seconds=2.0, warmup_seconds=0.5)
-    got, _ = SileroVad(session, batch=batch).probabilities(x, sr, batched=True)
-    window, context, chunk, warm = 512, 64, round(2.0 / WINDOW_SECONDS), round(0.5 / WINDOW_SECONDS)
-    n_windows = -(-len(x) // window)
-    padded = np.concatenate([np.zeros(context, np.float32), x, np.zeros(chunk * window + window, np.float32)])
-    want = np.empty(n_windows, np.float32)
-    row = 0
-    while row == 0 or row * chunk + warm < n_windows:
-        state = np.zeros((2, 1, 128), np.float32)
-        first = row * chunk
-        for t in range(chunk + warm):
-            i = first + t
-            frame = padded[i * window : i * window + context + window][None, :]
-            out, state = session.run(None, {"input": frame, "state": state, "sr": np.array(sr, np.int64)})
-            if i < n_windows and (row == 0 or t >= warm):
-                want[i] = out[0, 0]
-        row += 1
-    np.testing.assert_allclose(got, want, rtol=0, atol=1e-5)
-
-
-def test_batched_decisions_close_to_sequential(session: Any) -> None:
-    """The batched path is NOT exact (the LSTM state remembers more than any warm-up): check how close."""
-    x = np.concatenate([load(p)[0] for p in libri(6)])  # ~70 s of real speech, 6 speakers
-    vad = SileroVad(session, batch=BatchConfig(enabled=True))
-    p_seq, _ = vad.probabilities(x, 16000, batched=False)
-    p_bat, _ = vad.probabilities(x, 16000, batched=True)
-    assert p_seq.shape == p_bat.shape
-    row0 = round(vad.batch.chunk_seconds / WINDOW_SECONDS) + round(vad.batch.warmup_seconds / WINDOW_SECONDS)
-    np.testing.assert_allclose(p_bat[:row0], p_seq[:row0], rtol=0, atol=1e-5)  # row 0 is the sequential run
-    m_seq = segments_to_mask(segments_from_probabilities(p_seq, len(x), 16000), len(x), F1_HOP)
-    m_bat = segments_to_mask(segments_from_probabilities(p_bat, len(x), 16000), len(x), F1_HOP)
-    assert (m_seq == m_bat).mean() > 0.98
-    # Short audio stays on the exact sequential path even when batching is enabled.
-    short = x[: 16000 * 3]
-    np.testing.assert_array_equal(
-        vad.probabilities(short, 16000)[0], vad.probabilities(short, 16000, batched=False)[0]
-    )
-
-
+@pytest.mark.slow
 def test_thread_safe(vad: SileroVad) -> None:
     inputs = [load(p) for p in libri(4)]
     want = [vad.segments(x, sr) for x, sr in inputs]
@@ -359,6 +310,7 @@ def test_thread_safe(vad: SileroVad) -> None:
     assert all(got[i] == want[i % len(inputs)] for i in range(8))
 
 
+@pytest.mark.slow
 def test_long_input_is_processed_in_bounded_blocks(vad: SileroVad) -> None:
     # 5 minutes of quiet noise at 8 kHz: the call must not build per-window arrays of the whole signal.
     x = (np.random.default_rng(3).standard_normal(300 * 8000) * 1e-3).astype(np.float32)
@@ -373,6 +325,7 @@ def test_long_input_is_processed_in_bounded_blocks(vad: SileroVad) -> None:
 # ------------------------------------------------------------------------------- reference F1
 
 
+@pytest.mark.slow
 def test_f1_against_speechbrain_reference(vad: SileroVad) -> None:
     counts = np.zeros(3, dtype=np.int64)
     for annotation, wav in (("VAD_train.json", "train.flac"), ("VAD_dev.json", "valid.flac")):
@@ -392,6 +345,7 @@ def test_f1_against_speechbrain_reference(vad: SileroVad) -> None:
     assert score >= 0.95  # measured 0.964 (precision 0.93, recall 1.00)
 
 
+@pytest.mark.slow
 def test_f1_against_ami_rttm(vad: SileroVad) -> None:
     regions: dict[str, list[tuple[float, float]]] = {}
     for rttm in (AMI / "debug_protocol" / "debug.train.rttm", AMI / "sample" / "sample.rttm"):

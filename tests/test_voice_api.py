@@ -17,6 +17,8 @@ from verilive.server.app import create_service_app
 from verilive.voice.engine import INIT_DATA_ID
 from verilive.voice.schemas import Scenario
 
+pytestmark = pytest.mark.slow  # every test runs the service on the real models
+
 LIBRI = "data/voice/librispeech_251spk_gender"
 OCTET = {"content-type": "application/octet-stream"}
 

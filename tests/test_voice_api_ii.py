@@ -17,6 +17,8 @@ from verilive.config import Settings
 from verilive.server.app import create_service_app
 from verilive.voice.diarization import DiarizationConfig
 
+pytestmark = pytest.mark.slow  # every test runs the service on the real models
+
 OCTET = {"content-type": "application/octet-stream"}
 LIBRI = "data/voice/librispeech_251spk_gender"
 

@@ -17,6 +17,8 @@ from tests.test_server import assert_error
 from verilive.config import Settings
 from verilive.server.app import create_service_app
 
+pytestmark = pytest.mark.slow  # every test runs the service on the real models
+
 
 @pytest.fixture
 def voice(models_settings: Settings) -> Iterator[TestClient]:

@@ -140,6 +140,7 @@ def served(tmp_path: Path) -> Iterator[Served]:
             proc.wait()
 
 
+@pytest.mark.slow
 def test_two_workers_serve_one_port(served: Served) -> None:
     assert len(served.workers()) == 2
     url = f"http://127.0.0.1:{served.port}{ROUTE}"
@@ -148,6 +149,7 @@ def test_two_workers_serve_one_port(served: Served) -> None:
     assert r.json() == [1, 2]
 
 
+@pytest.mark.slow
 def test_sigterm_finishes_the_request_in_flight(served: Served) -> None:
     body = json.dumps({"scores": [0.3, 0.8, 0.1, 0.8], "threshold": 0.2}).encode()
     head = (
@@ -176,6 +178,7 @@ def test_sigterm_finishes_the_request_in_flight(served: Served) -> None:
         pass
 
 
+@pytest.mark.slow
 def test_a_killed_worker_is_replaced(served: Served) -> None:
     victim = served.workers()[0]
     os.kill(victim, signal.SIGKILL)

@@ -63,8 +63,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import soundfile as sf
-from eval.trials import data_root, replace_section
-from eval.verification import source_hash
+from common.repo import data_root, replace_section, source_hash
 
 if TYPE_CHECKING:
     from verilive.audio import Audio

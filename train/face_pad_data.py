@@ -13,7 +13,7 @@ every branch for every item). Nothing from ../shared is written into the reposit
   Groups are dealt into ``FOLDS`` folds; everything made from an image stays in its fold.
 * Live photographs of people outside pad_feni_sfas (``real_faces_misc``, ``pad_silentface`` T*) and the
   pad_silentface attacks (F*) are evaluation only, fold ``-1``.
-* Simulated attacks (eval.face_attack_sim): paper masks worn over a real head, cut-outs held up, printed
+* Simulated attacks (common.face_attack_sim): paper masks worn over a real head, cut-outs held up, printed
   faces on mannequins. Each is made from two live photos of one fold (a source face and a target head
   from different groups), so a fold's simulated attacks share no photograph with another fold. Their
   print looks (chroma, ink black, paper white, softness) are drawn from the real prints of the same fold.
@@ -31,7 +31,7 @@ from pathlib import Path
 
 import cv2
 import numpy as np
-from eval.face_attack_sim import (
+from common.face_attack_sim import (
     PaperLook,
     cutout_attack,
     mannequin_attack,
@@ -39,7 +39,7 @@ from eval.face_attack_sim import (
     print_attack,
     replay_attack,
 )
-from eval.trials import data_root
+from common.repo import data_root
 
 from verilive.config import Settings
 from verilive.face import facepad

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import cv2
 import numpy as np
-from eval.trials import data_root
+from common.repo import data_root
 
 from train.face_pad import fit_logistic
 from train.face_pad_data import CACHE, Item, load

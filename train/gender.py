@@ -52,9 +52,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import soundfile as sf
-from eval import metrics
-from eval.trials import data_root, replace_section
-from eval.verification import source_hash
+from common import metrics
+from common.repo import data_root, replace_section, source_hash
 
 if TYPE_CHECKING:
     from verilive.audio import Audio
@@ -654,7 +653,7 @@ def run_external(model: GenderModel, root: Path) -> list[dict[str, object]]:
                 a = estimator.estimate(read_audio(f))
             except NoSpeech:
                 continue
-            p.append(a.genderScore if a.gender is Gender.MALE else 1.0 - a.genderScore)
+            p.append(a.gender_score if a.gender is Gender.MALE else 1.0 - a.gender_score)
         pm = np.array(p)
         row: dict[str, object] = {"set": s.name, "labels": s.label_source, "files": len(pm)}
         if s.male is None:

@@ -1,8 +1,8 @@
 """Multi-replica test on this machine: the deployment of docs/deployment.md, on loopback.
 
 Two `verilive serve` processes per service, nginx with deploy/nginx/nginx.conf in front, one
-PostgreSQL for the BI records and one Redis for the capture replay store, all started here (and
-installed from Debian when missing, tests/servers.py). Checked:
+PostgreSQL for the BI records and one Redis for the capture replay store, all started here
+(tests/servers.py; the Debian packages come from scripts/install-test-deps.sh). Checked:
 
 - a capture bundle accepted by one replica and replayed to the other is SUSPICIOUS_ACTIVITY;
 - the same speech gives the same voice template on either replica;
@@ -38,7 +38,7 @@ from verilive.capture.bundle import public_key_b64
 from verilive.capture.client import build_bundle
 from verilive.config import Settings
 
-pytestmark = [pytest.mark.integration, pytest.mark.timeout(300)]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(300)]
 
 SERVICES = ("face", "voice", "capture")
 KEY = Path(__file__).resolve().parents[1] / "fixtures" / "capture_test_key.pem"

