@@ -15,7 +15,6 @@ from typing import Annotated, Any
 
 import orjson
 from fastapi import APIRouter, Depends, File, Form, Header, Query, Request, UploadFile
-from fastapi.responses import JSONResponse
 from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import UploadFile as StarletteUpload
@@ -33,6 +32,7 @@ from verilive.face.schemas import (
     CheckImageResponse,
     LivenessResult,
     PipelineRequest,
+    PipelineResult,
     RequestError,
 )
 from verilive.server.bi import BiRecord, bi_store, parse_date
@@ -159,8 +159,9 @@ def values_of(r: ImageResult) -> dict[str, Any]:
     return {"error": r.error, "error_code": r.error_code}
 
 
-def failure(exc: RequestFailure) -> JSONResponse:
-    return JSONResponse({"error": exc.error, "error_code": exc.error_code})
+def failure(exc: RequestFailure) -> RequestError:
+    # error_code is set even when None: the answer carries "error_code": null (face-liveness.md).
+    return RequestError(error=exc.error, error_code=exc.error_code)
 
 
 router = APIRouter()
@@ -177,21 +178,23 @@ async def api_version(ctx: Ctx) -> ApiVersion:
     )
 
 
+# Answers hold only the fields that apply (values, or error and error_code): exclude_unset.
 @router.post(
     "/check_liveness",
     response_model=LivenessResult,
+    response_model_exclude_unset=True,
     tags=["liveness"],
     openapi_extra=IMAGES_BODY,
 )
 async def check_liveness(
     ctx: Ctx, request: Request, pipeline: PipelineQ = None, meta: MetaHeader = None
-) -> JSONResponse:
+) -> LivenessResult:
     try:
         name = check_pipeline(pipeline)
         platform = meta_of(meta).platform
         parts = await image_parts(request, ctx.settings.face_max_images)
     except RequestFailure as exc:
-        return failure(exc)
+        return LivenessResult(**failure(exc).model_dump())
     engine = face_engine(ctx)
     images = [data for _, data in parts]
     if len(images) == 1:
@@ -199,12 +202,13 @@ async def check_liveness(
     else:
         result = await run_in_threadpool(engine.check_series, images, name)
     await run_in_threadpool(record, ctx, "check_liveness", name, Calibration.REGULAR, platform, [result])
-    return JSONResponse(values_of(result))
+    return LivenessResult(**values_of(result))
 
 
 @router.post(
     "/check_image",
     response_model=CheckImageResponse,
+    response_model_exclude_unset=True,
     tags=["liveness"],
     dependencies=[Depends(require_multipart)],
 )
@@ -212,21 +216,19 @@ async def check_image(
     ctx: Ctx,
     data: Annotated[str, Form(description="JSON: {domain, pipelines: [{pipeline, calibration}]}")],
     image: Annotated[UploadFile, File(description="The image file.")],
-) -> JSONResponse:
+) -> CheckImageResponse:
     request = parse_check_image_data(data)
     content = await image.read()
     engine = face_engine(ctx)
-    results: list[dict[str, Any]] = []
+    results: list[PipelineResult] = []
     for name, calibration in request.pipelines:
         r = await run_in_threadpool(engine.check, content, name, calibration, request.domain)
         await run_in_threadpool(record, ctx, "check_image", name, calibration, "UNKNOWN", [r])
-        results.append({"pipeline": name, "calibration": calibration.value, **values_of(r)})
-    return JSONResponse(
-        {
-            "serverVersion": verilive.__version__,
-            "licenseExpirationDate": ctx.license_expiration_date.isoformat(),
-            "results": results,
-        }
+        results.append(PipelineResult(pipeline=name, calibration=calibration.value, **values_of(r)))
+    return CheckImageResponse(
+        serverVersion=verilive.__version__,
+        licenseExpirationDate=ctx.license_expiration_date.isoformat(),
+        results=results,
     )
 
 
@@ -275,12 +277,13 @@ def parse_check_image_data(data: str) -> CheckImageRequest:
     "/check_liveness_batch",
     # A request-level failure is one {error, error_code} object instead of the array.
     response_model=list[BatchLivenessResult] | RequestError,
+    response_model_exclude_unset=True,
     tags=["liveness"],
     openapi_extra=IMAGES_BODY,
 )
 async def check_liveness_batch(
     ctx: Ctx, request: Request, pipeline: PipelineQ = None, meta: MetaHeader = None
-) -> JSONResponse:
+) -> list[BatchLivenessResult] | RequestError:
     try:
         name = check_pipeline(pipeline)
         platform = meta_of(meta).platform
@@ -290,9 +293,10 @@ async def check_liveness_batch(
     engine = face_engine(ctx)
     results = await run_in_threadpool(engine.check_images, [d for _, d in parts], name)
     await run_in_threadpool(record, ctx, "check_liveness_batch", name, Calibration.REGULAR, platform, results)
-    return JSONResponse(
-        [{"file_name": file_name, **values_of(r)} for (file_name, _), r in zip(parts, results, strict=True)]
-    )
+    return [
+        BatchLivenessResult(file_name=file_name, **values_of(r))
+        for (file_name, _), r in zip(parts, results, strict=True)
+    ]
 
 
 @router.get("/bi_report", response_model=dict[str, int], tags=["bi"])
