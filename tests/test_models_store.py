@@ -704,3 +704,31 @@ def test_real_models_from_mirror(models_dir: Path, no_upstream: None) -> None:
         },
     )
     assert out.shape == (1, 1) and 0.0 <= float(out[0, 0]) <= 1.0 and state.shape == (2, 1, 128)
+
+
+def test_packaged_models_resolve_through_the_store(tmp_path: Path) -> None:
+    """The project-trained files are found by the store like pulled models (docs/generated-files.md)."""
+    from verilive.models.store import packaged_path
+
+    m = default_manifest()
+    ids = [p.id for p in m.packaged]
+    assert ids == ["antispoof", "gender", "age", "match_calibration", "facepad", "face_fusion"]
+    for p in m.packaged:
+        path = packaged_path(p.id)
+        assert path.is_file() and path.name == p.file and path.stat().st_size > 100
+        assert p.made_by.startswith("python -m ")
+    store = ModelStore(tmp_path / "models")
+    assert store.packaged_path("facepad") == packaged_path("facepad")
+    with pytest.raises(ModelError, match="Unknown packaged model"):
+        packaged_path("nope")
+    # A packaged entry whose file is missing names the command that makes it.
+    data = m.model_dump(mode="json", by_alias=True, exclude_none=True)
+    data["packaged"].append(
+        {"id": "ghost", "package": "verilive.voice", "file": "ghost.onnx", "made_by": "x"}
+    )
+    with pytest.raises(ModelNotInstalled, match="regenerate it with `x`"):
+        packaged_path("ghost", manifest_from_dict(data, "test"))
+    # Packaged ids share one namespace with pulled models.
+    data["packaged"][-1]["id"] = "campplus"
+    with pytest.raises(ModelError, match="duplicate"):
+        manifest_from_dict(data, "test")

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from importlib.resources import files
 from pathlib import Path
 from typing import Any
 
@@ -25,8 +24,10 @@ import cv2
 import numpy as np
 
 from verilive.models.sessions import cpu_session
+from verilive.models.store import packaged_path
 
 MODEL_FILE = "facepad_model.onnx"
+PACKAGED_ID = "facepad"  # its id in the manifest's packaged section (the store resolves it)
 META_KEY = "verilive_facepad"
 INPUT_NAME = "input"
 OUTPUT_NAME = "live_logit"
@@ -98,9 +99,10 @@ class FacePAD:
 
     @classmethod
     def load(cls, path: str | Path | None = None) -> FacePAD:
-        """The committed model (package data), or the ONNX file at ``path``. One intra-op thread:
-        the face engine runs its batches on a pool of its own (as the other face models do)."""
-        source = Path(path) if path is not None else files("verilive.face") / MODEL_FILE
+        """The committed model (package data, resolved by the model store), or the ONNX file at
+        ``path``. One intra-op thread: the face engine runs its batches on a pool of its own (as the
+        other face models do)."""
+        source = Path(path) if path is not None else packaged_path(PACKAGED_ID)
         return cls(cpu_session(source.read_bytes(), intra_op_threads=1))
 
     crop = staticmethod(crop)

@@ -18,14 +18,15 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from importlib.resources import files
 from pathlib import Path
 
 import numpy as np
 
 from verilive.face.pipelines import PIPELINES, Calibration
+from verilive.models.store import packaged_path
 
 FUSION_FILE = "fusion.json"
+PACKAGED_ID = "face_fusion"  # its id in the manifest's packaged section
 # "minifasnet_mean" is the logit of the mean MiniFASNet live probability: the engine's score before
 # the face-only branch, kept as a guard.
 BRANCHES = ("minifasnet_v2", "minifasnet_v1se", "hyperfas", "facepad", "minifasnet_mean")
@@ -85,7 +86,7 @@ class PipelineFusion:
 
 def load_fusion(path: str | Path | None = None) -> dict[str, PipelineFusion]:
     """Every pipeline's fusion, from ``path`` or the packaged fusion.json."""
-    source = Path(path) if path is not None else files("verilive.face") / FUSION_FILE
+    source = Path(path) if path is not None else packaged_path(PACKAGED_ID)
     data = json.loads(source.read_text())
     out = {}
     for name in PIPELINES:

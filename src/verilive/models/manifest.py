@@ -293,9 +293,31 @@ class ModelSpec(_Strict):
         return self
 
 
+class PackagedFile(_Strict):
+    """A model or parameter file the project makes itself and ships inside the package.
+
+    It is not pulled: it is in the wheel, next to its wrapper. The store resolves it like a pulled
+    model, so every model is found in one place. ``made_by`` is the command that regenerates it
+    (docs/generated-files.md).
+    """
+
+    id: str
+    package: str = Field(description="Dotted package that holds the file, e.g. verilive.voice.")
+    file: str = Field(description="File name inside that package.")
+    made_by: str
+
+    @field_validator("file")
+    @classmethod
+    def _plain(cls, v: str) -> str:
+        if PurePosixPath(v).name != v:
+            raise ValueError(f"packaged file must be a plain file name: {v!r}")
+        return v
+
+
 class Manifest(_Strict):
     schema_: int = Field(MANIFEST_SCHEMA, alias="schema")
     models: list[ModelSpec]
+    packaged: list[PackagedFile] = Field(default_factory=list)
 
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
 
@@ -303,7 +325,7 @@ class Manifest(_Strict):
     def _unique(self) -> Manifest:
         if self.schema_ != MANIFEST_SCHEMA:
             raise ValueError(f"manifest schema {self.schema_} is not supported (expected {MANIFEST_SCHEMA})")
-        ids = [m.id for m in self.models]
+        ids = [m.id for m in self.models] + [p.id for p in self.packaged]
         dup = {i for i in ids if ids.count(i) > 1}
         if dup:
             raise ValueError(f"duplicate model ids: {sorted(dup)}")
@@ -315,6 +337,13 @@ class Manifest(_Strict):
     @property
     def ids(self) -> list[str]:
         return [m.id for m in self.models]
+
+    def packaged_file(self, file_id: str) -> PackagedFile:
+        for p in self.packaged:
+            if p.id == file_id:
+                return p
+        known = ", ".join(p.id for p in self.packaged)
+        raise ModelError(f"Unknown packaged model '{file_id}'. Known: {known}")
 
     def get(self, model_id: str) -> ModelSpec:
         for m in self.models:

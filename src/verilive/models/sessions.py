@@ -85,6 +85,10 @@ class ModelRegistry:
     def path(self, model_id: str) -> Path:
         return self.store.model_path(model_id)
 
+    def packaged_path(self, file_id: str) -> Path:
+        """A model the project ships in its package (manifest ``packaged``); never pulled."""
+        return self.store.packaged_path(file_id)
+
     def is_loaded(self, model_id: str) -> bool:
         return model_id in self._sessions
 

@@ -15,6 +15,7 @@ import shutil
 import tempfile
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
+from importlib import resources
 from pathlib import Path
 from typing import Any, Literal
 
@@ -44,6 +45,23 @@ def install_hint(ids: Iterable[str]) -> str:
 
 def not_installed(model_id: str) -> ModelNotInstalled:
     return ModelNotInstalled(f"Model '{model_id}' is not installed. Run: {install_hint([model_id])}")
+
+
+def packaged_path(file_id: str, manifest: Manifest | None = None) -> Path:
+    """Where a model the project ships in its package (manifest ``packaged``) is installed.
+
+    These files are never pulled: they come with the package, next to their wrapper. A missing one
+    means a broken install (or a checkout where the training script was never run), so the error
+    names both remedies.
+    """
+    spec = (manifest or default_manifest()).packaged_file(file_id)
+    path = Path(str(resources.files(spec.package) / spec.file))
+    if not path.is_file():
+        raise ModelNotInstalled(
+            f"Packaged model '{file_id}' ({spec.package}/{spec.file}) is missing: reinstall verilive, "
+            f"or regenerate it with `{spec.made_by}`"
+        )
+    return path
 
 
 class InstalledRecord(BaseModel):
@@ -129,6 +147,10 @@ class ModelStore:
 
     def model_dir(self, model_id: str) -> Path:
         return self.models_dir / self.spec(model_id).id
+
+    def packaged_path(self, file_id: str) -> Path:
+        """A model shipped in the package (see :func:`packaged_path`), from this store's manifest."""
+        return packaged_path(file_id, self.manifest)
 
     def model_path(self, model_id: str) -> Path:
         """Where the installed ONNX file is (or would be)."""

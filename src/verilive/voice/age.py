@@ -27,16 +27,17 @@ import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from importlib.resources import files
 from typing import Any
 
 import numpy as np
 
+from verilive.models.store import packaged_path
 from verilive.voice.schemas import ChannelType
 
 __all__ = ["AGE_MODEL_FILE", "AgeModel"]
 
 AGE_MODEL_FILE = "age_model.json"
+AGE_PACKAGED_ID = "age"  # its id in the manifest's packaged section
 
 
 @dataclass(frozen=True)
@@ -102,7 +103,7 @@ class AgeModel:
 
     @classmethod
     def packaged(cls) -> AgeModel:
-        return cls.from_dict(json.loads((files("verilive.voice") / AGE_MODEL_FILE).read_text()))
+        return cls.from_dict(json.loads(packaged_path(AGE_PACKAGED_ID).read_text()))
 
     @property
     def dim(self) -> int:

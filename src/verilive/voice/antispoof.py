@@ -34,7 +34,6 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from functools import lru_cache
-from importlib.resources import files
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -42,6 +41,7 @@ import numpy as np
 
 from verilive.audio import Audio, resample
 from verilive.models.sessions import cpu_session
+from verilive.models.store import packaged_path
 from verilive.numeric import softmax
 from verilive.voice.utterance_cues import FEATURE_NAMES, utterance_features
 
@@ -65,6 +65,7 @@ __all__ = [
 SR = 16000
 CLASSES = ("bonafide", "replay", "tts", "vc")
 MODEL_FILE = "antispoof_model.onnx"
+PACKAGED_ID = "antispoof"  # its id in the manifest's packaged section (the store resolves it)
 # Speech that the VAD finds, at least. Silero loses onsets and pauses at the edges of a short clip:
 # of 1.0 s cut from running speech it finds 0.65 s or more in 90 % of the cuts and 0.5 s in 99 %
 # (docs/antispoof.md, "Short clips"), so a threshold of 1.0 s declined a fifth of 1.2 s clips.
@@ -206,7 +207,7 @@ class AntiSpoof:
         intra_op_threads: int = 0,
         embedder: CamPlusPlus | None = None,
     ) -> None:
-        source = Path(params_path) if params_path is not None else files("verilive.voice") / MODEL_FILE
+        source = Path(params_path) if params_path is not None else packaged_path(PACKAGED_ID)
         data = source.read_bytes()
         self.session = cpu_session(data, intra_op_threads)  # 0 threads: one per core
         meta = self.session.get_modelmeta().custom_metadata_map

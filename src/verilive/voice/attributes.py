@@ -21,12 +21,12 @@ import json
 import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from importlib.resources import files
 from typing import Any
 
 import numpy as np
 
 from verilive.audio import Audio
+from verilive.models.store import packaged_path
 from verilive.numeric import sigmoid
 from verilive.voice.age import AgeModel
 from verilive.voice.channel import resolve_channel
@@ -35,6 +35,7 @@ from verilive.voice.schemas import ChannelType, Gender, PhoneCallParticipant
 from verilive.voice.templates import VoiceTemplate, cosine, require_same_space
 
 GENDER_MODEL_FILE = "gender_model.json"
+GENDER_PACKAGED_ID = "gender"  # its id in the manifest's packaged section
 #: A role is answered when its best calibrated same-speaker probability reaches this.
 PARTICIPANT_MIN_PROBABILITY = 0.5
 
@@ -87,7 +88,7 @@ class GenderModel:
 
     @classmethod
     def packaged(cls) -> GenderModel:
-        return cls.from_dict(json.loads((files("verilive.voice") / GENDER_MODEL_FILE).read_text()))
+        return cls.from_dict(json.loads(packaged_path(GENDER_PACKAGED_ID).read_text()))
 
     @property
     def dim(self) -> int:

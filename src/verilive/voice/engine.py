@@ -13,13 +13,13 @@ import json
 import math
 from dataclasses import dataclass
 from functools import cached_property
-from importlib.resources import files
 
 import numpy as np
 
 from verilive.audio import Audio
 from verilive.errors import InvalidInput, InvalidParameter
 from verilive.models.sessions import ModelRegistry
+from verilive.models.store import packaged_path
 from verilive.numeric import sigmoid
 from verilive.voice import snr as snr_mod
 from verilive.voice.campplus import CamPlusPlus
@@ -54,7 +54,7 @@ class MatchCalibration:
 
     @classmethod
     def packaged(cls) -> MatchCalibration:
-        data = json.loads((files("verilive.voice") / "calibration.json").read_text())
+        data = json.loads(packaged_path("match_calibration").read_text())
         return cls(float(data["a"]), float(data["b"]))
 
     def probability(self, score: float) -> float:
