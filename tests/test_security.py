@@ -97,9 +97,9 @@ def newest_bi_record(c: TestClient) -> dict[str, object]:
 
 
 def test_client_answer_holds_the_verdict_only() -> None:
-    assert client_answer(0.2) == {"capture_liveness": {"accepted": False}}
-    assert client_answer(0.97) == {"capture_liveness": {"accepted": True}}
-    assert client_answer(0.5) == {"capture_liveness": {"accepted": True}}
+    assert client_answer(0.2).model_dump() == {"capture_liveness": {"accepted": False}}
+    assert client_answer(0.97).model_dump() == {"capture_liveness": {"accepted": True}}
+    assert client_answer(0.5).model_dump() == {"capture_liveness": {"accepted": True}}
 
 
 @pytest.mark.slow

@@ -35,3 +35,30 @@ class CaptureLivenessResponse(_Model):
 class ExtractDataResponse(_Model):
     photo: str | None = None
     external: str | None = None
+
+
+# --- the browser SDK's own routes (not part of capture-liveness.md; docs/capture-sdk.md) ---
+
+
+class SdkManifest(_Model):
+    name: str
+    version: str
+    file: str
+    sha256: str
+    integrity: str
+    bundleFormat: int
+
+
+class SdkPublicKey(_Model):
+    keyId: str
+    publicKey: str
+
+
+class DemoVerdict(_Model):
+    accepted: bool
+
+
+class DemoAnswer(_Model):
+    """All the demo's back-end route tells the browser (docs/security.md)."""
+
+    capture_liveness: DemoVerdict

@@ -18,16 +18,17 @@ import hashlib
 import re
 from functools import lru_cache
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Depends, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi.responses import Response
 from starlette.concurrency import run_in_threadpool
 
 from verilive.capture.bundle import KeyRing, public_key_b64
 from verilive.capture.deps import capture_service
 from verilive.capture.engine import CaptureValidationError
 from verilive.capture.requests import read_bundle_body
+from verilive.capture.schemas import DemoAnswer, DemoVerdict, SdkManifest, SdkPublicKey
 from verilive.errors import VeriliveError
 from verilive.server.context import ServiceContext, get_context
 
@@ -59,15 +60,15 @@ class SdkFile:
         m = _VERSION.search(data[:20_000].decode("utf-8", "replace"))
         self.version = m.group(1) if m else ""
 
-    def manifest(self) -> dict[str, Any]:
-        return {
-            "name": "verilive-capture-js",
-            "version": self.version,
-            "file": f"/sdk/{SDK_FILE}",
-            "sha256": self.sha256,
-            "integrity": self.integrity,
-            "bundleFormat": 1,
-        }
+    def manifest(self) -> SdkManifest:
+        return SdkManifest(
+            name="verilive-capture-js",
+            version=self.version,
+            file=f"/sdk/{SDK_FILE}",
+            sha256=self.sha256,
+            integrity=self.integrity,
+            bundleFormat=1,
+        )
 
 
 @lru_cache(maxsize=1)
@@ -75,7 +76,7 @@ def sdk_file() -> SdkFile:
     return SdkFile((STATIC_DIR / SDK_FILE).read_bytes())
 
 
-def current_public_key(entries: list[str]) -> dict[str, str]:
+def current_public_key(entries: list[str]) -> SdkPublicKey:
     """``{keyId, publicKey}`` of the first ``capture_private_keys`` entry: the key clients should use.
 
     The other entries stay valid for decryption (rotation, docs/bundle-format.md), so the first one
@@ -90,17 +91,17 @@ def current_public_key(entries: list[str]) -> dict[str, str]:
     path = Path(entry).expanduser()
     if not path.is_file():
         path = Path(entry.partition("=")[2]).expanduser()
-    return {"keyId": key_id, "publicKey": public_key_b64(path.read_bytes())}
+    return SdkPublicKey(keyId=key_id, publicKey=public_key_b64(path.read_bytes()))
 
 
-def client_answer(probability: float) -> dict[str, Any]:
+def client_answer(probability: float) -> DemoAnswer:
     """What a capture client may see: accepted or not, nothing more (docs/security.md).
 
     Not the reasons, not the score, and no probability either: the capture probability is
     sigmoid(face log-odds - 3 x the number of reasons), so next to the face probability (or across
     two tries) it would give the number of failed checks away.
     """
-    return {"capture_liveness": {"accepted": probability >= 0.5}}
+    return DemoAnswer(capture_liveness=DemoVerdict(accepted=probability >= 0.5))
 
 
 def _static(name: str, media_type: str) -> Response:
@@ -125,25 +126,25 @@ def build_sdk_router() -> APIRouter:
             return Response(status_code=304, headers=headers)
         return Response(sdk.data, media_type="text/javascript; charset=utf-8", headers=headers)
 
-    @router.get("/sdk/manifest.json")
-    async def sdk_manifest() -> JSONResponse:
-        return JSONResponse(sdk_file().manifest(), headers={"Cache-Control": "no-cache"})
+    @router.get("/sdk/manifest.json", response_model=SdkManifest)
+    async def sdk_manifest(response: Response) -> SdkManifest:
+        response.headers["Cache-Control"] = "no-cache"
+        return sdk_file().manifest()
 
-    @router.get("/sdk/public_key")
-    async def sdk_public_key(ctx: Ctx) -> JSONResponse:
-        return JSONResponse(
-            current_public_key(list(ctx.settings.capture_private_keys)), headers={"Cache-Control": "no-cache"}
-        )
+    @router.get("/sdk/public_key", response_model=SdkPublicKey)
+    async def sdk_public_key(ctx: Ctx, response: Response) -> SdkPublicKey:
+        response.headers["Cache-Control"] = "no-cache"
+        return current_public_key(list(ctx.settings.capture_private_keys))
 
     @router.get("/demo")
     async def demo() -> Response:
         return _static("demo.html", "text/html; charset=utf-8")
 
-    @router.post("/demo/check_capture_liveness")
-    async def demo_check(ctx: Ctx, request: Request) -> JSONResponse:
+    @router.post("/demo/check_capture_liveness", response_model=DemoAnswer)
+    async def demo_check(ctx: Ctx, request: Request) -> DemoAnswer:
         outcome = await run_in_threadpool(capture_service(ctx).decide, await read_bundle_body(request))
         if isinstance(outcome, CaptureValidationError):
             raise VeriliveError(outcome.message, code=outcome.code)
-        return JSONResponse(client_answer(outcome.probability))
+        return client_answer(outcome.probability)
 
     return router
