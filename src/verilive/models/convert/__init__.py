@@ -20,7 +20,7 @@ from verilive.errors import ModelError
 Converter = Callable[[Path, Path], None]
 
 # Distributions the `convert` extra provides; an ImportError for one of these means "install the extra".
-CONVERT_EXTRA_MODULES = frozenset({"torch", "onnx", "onnxscript", "h5py"})
+CONVERT_EXTRA_MODULES = frozenset({"torch", "onnx", "onnxscript", "h5py", "tflite"})
 CONVERT_EXTRA_HINT = "pip install 'verilive[convert]'"
 
 _registry: dict[str, Converter] = {}
