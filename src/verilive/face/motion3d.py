@@ -1,0 +1,208 @@
+"""The 3D check from motion: is a moving face a rigid plane or a rigid 3D face? (docs/motion3d.md)
+
+A printed photo, a flat paper mask or a cut-out is a plane, and however a plane moves in front of a
+pinhole camera, its image motion is a homography. A real face is not a plane: when the head turns, the
+nose tip (2-3 cm in front of the eyes and mouth) and the cheeks and jaw (5-10 cm behind) move in ways
+no homography explains. This module needs no model: it takes landmark tracks (from face/mesh.py, or
+synthetic points in tests) and decides.
+
+For each frame t against the first frame:
+- ``residual``: the best least-squares homography from the first frame's rigid landmarks to frame t's;
+  the RMS of what it leaves, over the best ``TRIM`` share of the points, in units of the outer-eye-corner
+  distance (IOD). Only rigid points take part: eye corners, nose, cheeks, forehead and the face outline,
+  not the lips, eyelids or brows, whose motion when talking or blinking is not 3D evidence.
+- ``face_turn``: the out-of-plane rotation (yaw and pitch; roll excluded) of the landmarks' own 3D
+  shape between the two frames (Kabsch on the centred, scale-normalised x, y, z). For a real head this
+  is its turn. For a tilted print it reads little, because the mesh pulls any face towards a face
+  shape: that is why the mesh's depth is used only to see that a head turned, never as 3D evidence.
+- ``plane_tilt``: the out-of-plane rotation that the homography itself implies, from its decomposition
+  with a pinhole camera of focal length ``focal`` x the image's longer side, principal point at the
+  centre. A print tilted in the hand shows it even when the mesh reads no turn.
+
+The burst's statistics are robust to one bad frame: the second largest per-frame value of each (the
+largest for bursts of three frames or fewer). Verdict:
+- ``CANNOT_JUDGE``: the face neither turned by ``min_turn`` nor tilted by ``min_tilt``; an approach, a
+  sideways slide, a roll or a still face do not separate a plane from a head.
+- ``FLAT``: it moved enough, and a homography explains the motion to within ``max_flat_residual``.
+- ``THREE_D``: it moved enough, and no homography explains it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from enum import StrEnum
+
+import cv2
+import numpy as np
+
+# MediaPipe face-mesh indices of points that move rigidly with the skull: outer and inner eye corners,
+# the nose ridge, tip, wings and base, cheekbones, forehead and the face outline (chin and jaw included:
+# with the mouth closed or not, the jaw outline moves less than the lips). Lips, eyelids, brows excluded.
+RIGID_POINTS: tuple[int, ...] = (
+    # eye corners
+    33, 133, 362, 263,
+    # nose ridge, tip, wings, base
+    168, 6, 197, 195, 5, 4, 1, 19, 94, 98, 327, 129, 358, 64, 294, 48, 278,
+    # cheekbones and cheeks
+    50, 280, 117, 346, 123, 352, 187, 411, 205, 425, 116, 345, 147, 376,
+    # forehead
+    10, 151, 9, 108, 337, 67, 69, 299,
+    # face outline
+    338, 297, 332, 284, 251, 389, 356, 454, 323, 361, 288, 397, 365, 379, 378, 400, 377, 152,
+    148, 176, 149, 150, 136, 172, 58, 132, 93, 234, 127, 162, 21, 54, 103, 109,
+)  # fmt: skip
+RIGHT_EYE_OUTER, LEFT_EYE_OUTER = 33, 263
+TRIM = 0.9  # share of the rigid points (the best fitted) that the residual is measured on
+
+
+class Verdict(StrEnum):
+    THREE_D = "3d"
+    FLAT = "flat"
+    CANNOT_JUDGE = "cannot_judge"
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """Decision thresholds; chosen on the development clips and simulated attacks (docs/motion3d.md)."""
+
+    min_turn: float = 6.0  # degrees of head turn (mesh pose) that make a burst judgeable
+    # Degrees of plane tilt (homography) that make a burst judgeable. Off (infinite) by default: on the
+    # development clips, near-still and rolling live faces gave implied tilts of 8-70 degrees (the
+    # decomposition of a near-identity homography is unstable), so this gate judged live windows flat.
+    min_tilt: float = math.inf
+    max_flat_residual: float = 0.02  # IOD units: at or under this, a homography explains the motion
+    focal: float = 0.9  # assumed focal length, times the image's longer side
+
+
+@dataclass(frozen=True)
+class Motion3D:
+    """The outcome of the check for one burst; angles in degrees, residual in IOD units."""
+
+    verdict: Verdict
+    residual: float
+    face_turn: float
+    plane_tilt: float
+    frames: int
+    residuals: tuple[float, ...] = ()
+
+    def as_details(self) -> dict[str, float]:
+        return {
+            "motion3d_residual": round(self.residual, 5),
+            "motion3d_turn": round(self.face_turn, 3),
+            "motion3d_tilt": round(self.plane_tilt, 3),
+            "motion3d_frames": float(self.frames),
+            "motion3d_flat": 1.0 if self.verdict is Verdict.FLAT else 0.0,
+            "motion3d_judged": 0.0 if self.verdict is Verdict.CANNOT_JUDGE else 1.0,
+        }
+
+
+def _robust_max(values: list[float]) -> float:
+    """The second largest value (the largest for three values or fewer): one bad frame cannot decide."""
+    if not values:
+        return 0.0
+    s = sorted(values, reverse=True)
+    return s[1] if len(s) > 3 else s[0]
+
+
+def homography_residual(src: np.ndarray, dst: np.ndarray) -> tuple[np.ndarray, float]:
+    """The least-squares homography src -> dst (N x 2 each) and its trimmed RMS residual in pixels."""
+    h, _ = cv2.findHomography(src.astype(np.float64), dst.astype(np.float64), 0)
+    if h is None or not np.all(np.isfinite(h)):
+        return np.eye(3), float("inf")
+    proj = cv2.perspectiveTransform(src.reshape(-1, 1, 2).astype(np.float64), h).reshape(-1, 2)
+    err = np.sum((proj - dst) ** 2, axis=1)
+    keep = np.sort(err)[: max(4, math.ceil(TRIM * len(err)))]
+    return h, float(math.sqrt(float(np.mean(keep))))
+
+
+def out_of_plane_angle(rot: np.ndarray) -> float:
+    """Degrees by which ``rot`` turns the viewing axis (z): yaw and pitch together, roll ignored."""
+    return math.degrees(math.acos(float(np.clip(rot[2, 2], -1.0, 1.0))))
+
+
+def shape_turn(a: np.ndarray, b: np.ndarray) -> float:
+    """Out-of-plane rotation (degrees) of the 3D point set ``b`` against ``a`` (Kabsch, after centring
+    and scaling each to unit RMS size)."""
+    pa = a - a.mean(axis=0)
+    pb = b - b.mean(axis=0)
+    pa /= max(float(np.sqrt(np.mean(np.sum(pa**2, axis=1)))), 1e-9)
+    pb /= max(float(np.sqrt(np.mean(np.sum(pb**2, axis=1)))), 1e-9)
+    u, _, vt = np.linalg.svd(pa.T @ pb)
+    d = np.sign(np.linalg.det(u @ vt))
+    rot = (u @ np.diag([1.0, 1.0, d]) @ vt).T
+    return out_of_plane_angle(rot)
+
+
+def plane_tilt(h: np.ndarray, width: int, height: int, focal: float) -> float:
+    """Out-of-plane rotation (degrees) that homography ``h`` implies for a plane that faced the camera
+    in the first frame: of its decompositions with a pinhole camera (focal ``focal`` x the longer side,
+    principal point at the image centre), the one whose plane normal is nearest the optical axis."""
+    f = focal * max(width, height)
+    k = np.array([[f, 0.0, width / 2.0], [0.0, f, height / 2.0], [0.0, 0.0, 1.0]])
+    try:
+        _, rots, _, normals = cv2.decomposeHomographyMat(h, k)
+    except cv2.error:
+        return 0.0
+    # Exactly degenerate homographies come back as NaN solutions: no tilt can be read from them.
+    good = [i for i in range(len(rots)) if np.all(np.isfinite(rots[i])) and np.all(np.isfinite(normals[i]))]
+    if not good:
+        return 0.0
+    best = max(good, key=lambda i: abs(float(normals[i][2, 0])))
+    return out_of_plane_angle(rots[best])
+
+
+def judge(
+    points: np.ndarray,
+    width: int,
+    height: int,
+    thresholds: Thresholds = Thresholds(),
+    rigid: tuple[int, ...] | None = RIGID_POINTS,
+    tracks: np.ndarray | None = None,
+) -> Motion3D:
+    """The verdict for a burst: ``points`` is (frames, N, 3) x, y, z per landmark (x, y in image pixels
+    of a ``width`` x ``height`` image; z the landmark model's relative depth), one face, in time order.
+    ``rigid`` selects the landmarks used (None: all). ``tracks`` (frames, K, 2), when given, are image
+    point tracks on the face (optical flow) that replace the landmarks' x, y in the homography test;
+    the landmarks then give only the head turn and the eye distance."""
+    pts = np.asarray(points, dtype=np.float64)
+    if pts.ndim != 3 or pts.shape[2] != 3:
+        raise ValueError(f"expected (frames, points, 3), got {pts.shape}")
+    frames = pts.shape[0]
+    if frames < 2:
+        raise ValueError("the 3D check needs at least two frames")
+    named = rigid is RIGID_POINTS
+    sel = pts[:, list(rigid), :] if rigid is not None else pts
+    if sel.shape[1] < 8:
+        raise ValueError("the 3D check needs at least 8 landmarks")
+    flow = None if tracks is None else np.asarray(tracks, dtype=np.float64)
+    if flow is not None and (flow.shape[0] != frames or flow.shape[1] < 8):
+        raise ValueError("tracks need one row per frame and at least 8 points")
+    xy = flow if flow is not None else sel[:, :, :2]
+    residuals, turns, tilts = [], [], []
+    for t in range(1, frames):
+        h, rms = homography_residual(xy[0], xy[t])
+        if named:
+            iod = 0.5 * sum(_iod(pts[k]) for k in (0, t))
+        else:
+            iod = 0.5 * sum(_spread(sel[k, :, :2]) for k in (0, t))
+        residuals.append(rms / max(iod, 1e-6))
+        turns.append(shape_turn(sel[0], sel[t]))
+        tilts.append(plane_tilt(h, width, height, thresholds.focal))
+    residual, turn, tilt = _robust_max(residuals), _robust_max(turns), _robust_max(tilts)
+    if turn < thresholds.min_turn and tilt < thresholds.min_tilt:
+        verdict = Verdict.CANNOT_JUDGE
+    elif residual <= thresholds.max_flat_residual:
+        verdict = Verdict.FLAT
+    else:
+        verdict = Verdict.THREE_D
+    return Motion3D(verdict, residual, turn, tilt, frames, tuple(residuals))
+
+
+def _iod(p: np.ndarray) -> float:
+    return float(np.hypot(*(p[LEFT_EYE_OUTER, :2] - p[RIGHT_EYE_OUTER, :2])))
+
+
+def _spread(p: np.ndarray) -> float:
+    """A size for point sets without named eye corners: their RMS distance from the centroid."""
+    return float(np.sqrt(np.mean(np.sum((p - p.mean(axis=0)) ** 2, axis=1))))
