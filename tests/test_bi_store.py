@@ -58,6 +58,7 @@ RECORD_KEYS = {
     "image_height",
     "latency_ms",
     "rejection",
+    "motion3d",
 }
 
 
@@ -173,6 +174,7 @@ def test_records_round_trip(store: BiStore) -> None:
             "image_height": 720,
             "latency_ms": 41.25,
             "rejection": None,
+            "motion3d": None,
         },
         {
             "time": "2026-03-01T08:00:00.000Z",
@@ -188,6 +190,7 @@ def test_records_round_trip(store: BiStore) -> None:
             "image_height": 480,
             "latency_ms": 12.5,
             "rejection": None,
+            "motion3d": None,
         },
     ]
     assert store.failed_writes == 0

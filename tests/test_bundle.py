@@ -361,3 +361,131 @@ def test_encoder_refuses_bad_header_fields() -> None:
         B.seal(b"", TEST_PUB, "k" * 256)
     with pytest.raises(ValueError):
         B.seal(b"", TEST_PUB, "k", iv=b"short")
+
+
+# --- the burst part (docs/bundle-format.md, "Burst") -------------------------------------------------
+
+VECTOR4 = json.loads((FIXTURES / "bundle_vector4.json").read_text(encoding="utf-8"))
+P256_N = 0xFFFFFFFF00000000FFFFFFFFFFFFFFFFBCE6FAADA7179E84F3B9CAC2FC632551
+
+
+def test_vector4_with_a_burst_is_reproduced_and_decrypts(ring: KeyRing) -> None:
+    scalar = int.from_bytes(hashlib.sha256(b"verilive bundle test vector 4 ephemeral key").digest()) % P256_N
+    iv = hashlib.sha256(b"verilive bundle test vector 4 iv").digest()[:12]
+    assert f"{scalar:064x}" == VECTOR4["ephemeral_private_scalar_hex"] and iv.hex() == VECTOR4["iv_hex"]
+    frames = [bytes.fromhex(h) for h in VECTOR4["burst_frames_hex"]]
+    burst = B.encode_burst(frames)
+    assert burst.hex() == VECTOR4["burst_hex"]
+    payload = B.encode_payload(
+        VECTOR4["meta_json"].encode("utf-8"),
+        bytes.fromhex(VECTOR4["image_hex"]),
+        bytes.fromhex(VECTOR4["photo_hex"]),
+        VECTOR4["external_data"],
+        burst,
+    )
+    assert hashlib.sha256(payload).hexdigest() == VECTOR4["payload_sha256"]
+    eph = ec.derive_private_key(scalar, ec.SECP256R1())
+    blob = B.seal(payload, TEST_PUB, TEST_KID, ephemeral_key=eph, iv=iv)
+    assert blob == base64.b64decode(VECTOR4["bundle_b64"])
+    assert hashlib.sha256(blob).hexdigest() == VECTOR4["bundle_sha256"]
+    b = ring.decrypt(blob)
+    assert b.burst == tuple(frames) and b.burst_t_ms == (0, 200, 400) and b.has_burst
+    assert b.meta["burst"]["cue"] == "turn-left-then-back" and b.integrity_problems == ()
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "bundle-format.md").read_text(encoding="utf-8")
+    assert VECTOR4["bundle_b64"] in "".join(doc.split()) and VECTOR4["meta_json"] in doc
+
+
+def test_bundles_without_a_burst_have_none(ring: KeyRing) -> None:
+    b = ring.decrypt(VECTOR_BLOB)
+    assert b.burst == () and b.burst_t_ms == () and not b.has_burst
+
+
+def _burst_frames(n: int = 4) -> list[np.ndarray]:
+    y, x = np.mgrid[0:480, 0:640]
+    return [
+        np.dstack([(x + 7 * i) % 256, y % 256, np.full_like(x, 60 * i % 256)]).astype(np.uint8)
+        for i in range(n)
+    ]
+
+
+def test_client_burst_round_trip(ring: KeyRing, jpeg: bytes) -> None:
+    frames = _burst_frames()
+    blob = build_bundle(TEST_PUB, TEST_KID, jpeg, burst=frames, burst_info={"turn_deg": 12.0})
+    b = ring.decrypt(blob)
+    assert len(b.burst) == 4 and b.burst_t_ms == (0, 200, 400, 600)
+    assert all(f[:2] == b"\xff\xd8" for f in b.burst)  # JPEG
+    assert b.meta["burst"] == {"cue": "turn-left-then-back", "turn_deg": 12.0, "t_ms": [0, 200, 400, 600]}
+    assert b.integrity_problems == ()
+    # Frames are downscaled to 640 px at most: a 1280 x 960 frame comes back 640 x 480.
+    big = [cv2.resize(f, (1280, 960)) for f in frames[:3]]
+    b = ring.decrypt(build_bundle(TEST_PUB, TEST_KID, jpeg, burst=big))
+    shape = cv2.imdecode(np.frombuffer(b.burst[0], np.uint8), cv2.IMREAD_COLOR).shape
+    assert shape == (480, 640, 3)
+
+
+def test_client_refuses_bad_bursts(jpeg: bytes) -> None:
+    frames = _burst_frames()
+    with pytest.raises(ValueError, match="3 to 32"):
+        build_bundle(TEST_PUB, TEST_KID, jpeg, burst=frames[:2])
+    with pytest.raises(ValueError, match="3 to 32"):
+        build_bundle(TEST_PUB, TEST_KID, jpeg, burst=frames * 9)
+    with pytest.raises(ValueError, match="one time per"):
+        build_bundle(TEST_PUB, TEST_KID, jpeg, burst=frames, burst_t_ms=[0, 1])
+    with pytest.raises(ValueError, match="BGR"):
+        build_bundle(TEST_PUB, TEST_KID, jpeg, burst=[np.zeros((4, 4), np.uint8)] * 3)
+
+
+def _burst_payload(frames: list[bytes], meta_burst: Any = None, **digest_kw: Any) -> bytes:
+    image, photo, ext = b"\xff\xd8img\xff\xd9", b"\xff\xd8ph\xff\xd9", "e"
+    part = B.encode_burst(frames)
+    meta = good_meta(image, photo, ext)
+    d, s = B.part_digests(image, photo, ext, part)
+    meta["digests"], meta["sizes"] = d, s
+    meta["burst"] = {"t_ms": [100 * i for i in range(len(frames))]} if meta_burst is None else meta_burst
+    for k, v in digest_kw.items():
+        meta["digests" if k == "digest" else "sizes"]["burst"] = v
+    return B.encode_payload(json.dumps(meta).encode(), image, photo, ext, part)
+
+
+@pytest.mark.parametrize("index", [0, 1, 2])
+def test_a_changed_byte_in_any_frame_is_an_integrity_problem(ring: KeyRing, index: int) -> None:
+    frames = [b"\xff\xd8frame%d\xff\xd9" % i for i in range(3)]
+    payload = bytearray(_burst_payload(frames))
+    # The frames are the payload's last bytes; change one byte inside frame ``index``.
+    start = len(payload) - sum(4 + len(f) for f in frames[index:]) + 4
+    payload[start + 3] ^= 0x01
+    b = ring.decrypt(sealed(bytes(payload)))
+    assert b.integrity_problems == ("burst digest mismatch",)
+    assert b.burst == () and b.has_burst  # not trusted, not used
+
+
+def test_burst_meta_errors(ring: KeyRing) -> None:
+    frames = [b"\xff\xd8f%d\xff\xd9" % i for i in range(3)]
+    image, photo, ext = b"\xff\xd8img\xff\xd9", b"\xff\xd8ph\xff\xd9", "e"
+    plain = json.dumps(good_meta(image, photo, ext)).encode()
+    cases = {
+        "no burst meta": _burst_payload(frames, meta_burst={}),
+        "t_ms not a list": _burst_payload(frames, meta_burst={"t_ms": "0,1,2"}),
+        "t_ms decreasing": _burst_payload(frames, meta_burst={"t_ms": [0, 200, 100]}),
+        "t_ms bools": _burst_payload(frames, meta_burst={"t_ms": [True, True, True]}),
+        "t_ms count": _burst_payload(frames, meta_burst={"t_ms": [0, 1]}),
+        "digest missing": _burst_payload(frames, digest=None),
+        "meta burst without part": B.encode_payload(
+            json.dumps({**good_meta(image, photo, ext), "burst": {"t_ms": []}}).encode(), image, photo, ext
+        ),
+        "empty frame": _burst_payload([b"", *frames[1:]]),
+        "six parts": B.encode_payload(plain, image, photo, ext, b"") + b"\0\0\0\0",
+    }
+    for name, payload in cases.items():
+        err = error_of(ring, sealed(payload))
+        assert err.kind == "meta", name
+
+
+def test_burst_framing_broken_under_a_matching_digest_is_meta(ring: KeyRing) -> None:
+    image, photo, ext = b"\xff\xd8img\xff\xd9", b"\xff\xd8ph\xff\xd9", "e"
+    part = b"\x00\x00\x00\x09short"  # says 9 bytes, has 5
+    meta = good_meta(image, photo, ext)
+    meta["digests"], meta["sizes"] = B.part_digests(image, photo, ext, part)
+    meta["burst"] = {"t_ms": [0]}
+    payload = B.encode_payload(json.dumps(meta).encode(), image, photo, ext, part)
+    assert kind_of(ring, sealed(payload)) == "meta"

@@ -52,7 +52,7 @@ def test_invalid_values_are_refused(monkeypatch: pytest.MonkeyPatch, name: str, 
 
 
 def test_every_setting_is_in_the_readme_table() -> None:
-    documented = set(re.findall(r"^\| `VERILIVE_([A-Z_]+)` \|", README.read_text(), flags=re.M))
+    documented = set(re.findall(r"^\| `VERILIVE_([A-Z0-9_]+)` \|", README.read_text(), flags=re.M))
     fields = {name.upper() for name in Settings.model_fields}
     assert fields - documented == set(), "settings missing from the README configuration table"
     assert documented - fields == set(), "README documents settings that do not exist"

@@ -17,9 +17,10 @@ from verilive.face.mesh import LEFT_EYE_OUTER, RIGHT_EYE_OUTER, FaceMesh, roi_fr
 from verilive.face.motion3d import (
     Thresholds,
     Verdict,
+    camera,
     judge,
     out_of_plane_angle,
-    plane_tilt,
+    rigid_residual,
     shape_turn,
 )
 from verilive.models.sessions import ModelRegistry
@@ -101,17 +102,45 @@ def test_shape_turn_ignores_roll_and_reads_yaw() -> None:
     assert out_of_plane_angle(np.eye(3)) == 0.0
 
 
-def test_plane_tilt_of_a_known_homography() -> None:
-    # A plane facing the camera at 50 cm, turned by 20 degrees about its centre.
-    k = np.array([[F, 0, W / 2], [0, F, H / 2], [0, 0, 1.0]])
-    r = _rot_y(20.0)
-    n, d = np.array([0, 0, 1.0]), 50.0  # the plane n.X = d
-    c = np.array([3.0, -2.0, d])
-    t = c - r @ c  # rotation about the plane's centre: X' = R X + t
-    h = k @ (r + np.outer(t, n) / d) @ np.linalg.inv(k)
-    assert plane_tilt(h / h[2, 2], W, H, F / W) == pytest.approx(20.0, abs=0.5)
-    assert plane_tilt(np.eye(3), W, H, 0.9) == pytest.approx(0.0, abs=1e-6)
-    assert plane_tilt(np.full((3, 3), np.nan), W, H, 0.9) == 0.0
+def test_rigid_fit_explains_a_turning_head_but_not_a_tilting_plane() -> None:
+    k = camera(W, H, F / W)
+    head = _burst(_head(), [0.0, 20.0], [50.0, 50.0])
+    assert rigid_residual(head[0], head[0, :, :2], k) < 1e-3  # the first frame reproduces itself
+    # The shape's own turn: near exact (the mesh's depth has no absolute offset, so the shape is
+    # back-projected about its mean depth: ~0.3 px here, on a face ~180 px wide).
+    assert rigid_residual(head[0], head[1, :, :2], k) < 0.5
+    plane = _burst(_head(flat=True), [0.0, 20.0], [50.0, 50.0])
+    # A plane "seen" with a head's depth: the turn that explains its foreshortening moves the
+    # depth-shifted points wrongly, so the rigid head fits it worse than its own homography (~0).
+    fake = plane.copy()
+    fake[:, :, 2] = head[0, :, 2]
+    assert rigid_residual(fake[0], fake[1, :, :2], k) > 1.0
+
+
+def test_a_head_turn_is_explained_better_by_the_rigid_fit() -> None:
+    r = judge(_burst(_head(), TURN, STILL, jitter=0.3), W, H, rigid=None)
+    assert r.verdict is Verdict.THREE_D
+    assert r.rigid_ratio < 0.5 * Thresholds().max_rigid_ratio
+
+
+def test_non_rigid_motion_cannot_be_judged() -> None:
+    # Each frame's points wander independently (noise larger than the turn's parallax): no plane and
+    # no rigid head explains it, so it is not evidence of a head.
+    pts = _burst(_head(), TURN, STILL)
+    rng = np.random.default_rng(3)
+    pts[1:, :, :2] += rng.normal(0, 6.0, pts[1:, :, :2].shape)
+    r = judge(pts, W, H, rigid=None)
+    assert r.face_turn >= Thresholds().min_turn
+    assert r.residual > Thresholds().max_flat_residual
+    assert r.rigid_ratio > Thresholds().max_rigid_ratio
+    assert r.verdict is Verdict.CANNOT_JUDGE
+
+
+def test_non_finite_landmarks_are_refused() -> None:
+    pts = _burst(_head(), TURN, STILL)
+    pts[3, 0, 0] = np.nan
+    with pytest.raises(ValueError, match="finite"):
+        judge(pts, W, H, rigid=None)
 
 
 # --- the face mesh and the burst checker on real frames --------------------------------------------------

@@ -150,6 +150,10 @@ class Settings(BaseSettings):
     capture_min_height: int = Field(
         480, ge=1, description="IMAGE_TOO_SMALL when the image's shorter side is below this (480p), pixels."
     )
+    capture_motion3d: Literal["off", "use", "require"] = Field(
+        "use",
+        description="3D check on a bundle's burst: off; use (flat is a spoof); require (only 3D passes).",
+    )
     capture_burst_limit: int = Field(
         10, ge=1, description="SUSPICIOUS_ACTIVITY above this many captures of one device per minute."
     )
@@ -167,6 +171,10 @@ class Settings(BaseSettings):
     )
     face_max_images: int = Field(
         64, ge=1, description="Most images in one check_liveness series or check_liveness_batch request."
+    )
+    face_motion3d: bool = Field(
+        True,
+        description="Run the 3D check from motion on check_liveness series of 3+ frames (docs/motion3d.md).",
     )
     face_min_face_px: float = Field(
         60.0, ge=0, description="FACE_TOO_SMALL below this face-box height in pixels."

@@ -9,6 +9,7 @@ from __future__ import annotations
 import base64
 import binascii
 import hashlib
+import itertools
 import json
 import os
 import re
@@ -31,6 +32,11 @@ POINT_LEN = 65  # uncompressed P-256 point, WebCrypto exportKey("raw")
 IV_LEN = 12
 TAG_LEN = 16
 PARTS = ("image", "photo", "external")
+# The optional fifth part: a burst of small JPEG frames for the 3D check from motion
+# (docs/bundle-format.md, "Burst"). At most BURST_MAX_FRAMES frames of at most BURST_MAX_FRAME_BYTES.
+BURST = "burst"
+BURST_MAX_FRAMES = 32
+BURST_MAX_FRAME_BYTES = 1 << 20
 
 ErrorKind = Literal["parse", "decrypt", "meta"]
 
@@ -72,6 +78,11 @@ class Bundle:
     timestamp_ms: int
     # Inner digest/size mismatches; GCM cannot catch a bundle built whole by a public-key holder.
     integrity_problems: tuple[str, ...]
+    # The burst's frames (JPEG bytes) and their times in ms from the first; empty without a burst or
+    # when the burst part's digest or size does not match (its frames are then not trusted).
+    burst: tuple[bytes, ...] = ()
+    burst_t_ms: tuple[int, ...] = ()
+    has_burst: bool = False
 
 
 @dataclass(frozen=True)
@@ -140,9 +151,13 @@ def _derive_key(shared: bytes, ephemeral_point: bytes) -> bytes:
 # --- encoding (client side) ---------------------------------------------------------------------
 
 
-def part_digests(image: bytes, photo: bytes, external_data: str) -> tuple[dict[str, str], dict[str, int]]:
+def part_digests(
+    image: bytes, photo: bytes, external_data: str, burst: bytes | None = None
+) -> tuple[dict[str, str], dict[str, int]]:
     """SHA-256 hex and byte length of each part, as the meta's `digests` and `sizes` hold them."""
     parts = dict(zip(PARTS, (image, photo, external_data.encode("utf-8")), strict=True))
+    if burst is not None:
+        parts[BURST] = burst
     return (
         {k: hashlib.sha256(v).hexdigest() for k, v in parts.items()},
         {k: len(v) for k, v in parts.items()},
@@ -155,11 +170,43 @@ def dump_meta(meta: Mapping[str, Any]) -> bytes:
     return text.encode("utf-8")
 
 
-def encode_payload(meta: Mapping[str, Any] | bytes, image: bytes, photo: bytes, external_data: str) -> bytes:
-    """The plaintext: four u32-length-prefixed parts (meta JSON, image, photo, external)."""
+def encode_burst(frames: Iterable[bytes]) -> bytes:
+    """The burst part: each frame's JPEG bytes, u32-length-prefixed, in time order."""
+    return b"".join(_U32.pack(len(f)) + bytes(f) for f in frames)
+
+
+def decode_burst(part: bytes | memoryview) -> list[bytes]:
+    """The frames of a burst part; raises BundleError("meta") when its framing is broken."""
+    view = memoryview(part)
+    frames: list[bytes] = []
+    pos = 0
+    while pos < len(view):
+        if pos + 4 > len(view) or len(frames) == BURST_MAX_FRAMES:
+            raise BundleError("meta", "burst framing truncated or too many frames")
+        (size,) = _U32.unpack_from(view, pos)
+        pos += 4
+        if size == 0 or size > BURST_MAX_FRAME_BYTES or pos + size > len(view):
+            raise BundleError("meta", "burst frame empty, too large or longer than the part")
+        frames.append(bytes(view[pos : pos + size]))
+        pos += size
+    return frames
+
+
+def encode_payload(
+    meta: Mapping[str, Any] | bytes,
+    image: bytes,
+    photo: bytes,
+    external_data: str,
+    burst: bytes | None = None,
+) -> bytes:
+    """The plaintext: four u32-length-prefixed parts (meta JSON, image, photo, external), and the
+    burst part as a fifth when there is one."""
     meta_bytes = meta if isinstance(meta, bytes) else dump_meta(meta)
     chunks: list[bytes] = []
-    for part in (meta_bytes, image, photo, external_data.encode("utf-8")):
+    parts = [meta_bytes, image, photo, external_data.encode("utf-8")]
+    if burst is not None:
+        parts.append(burst)
+    for part in parts:
         chunks += (_U32.pack(len(part)), part)
     return b"".join(chunks)
 
@@ -280,7 +327,7 @@ def _split_parts(plain: bytes) -> list[memoryview]:
     view = memoryview(plain)
     parts: list[memoryview] = []
     pos = 0
-    for _ in range(4):
+    while len(parts) < 4 or (len(parts) == 4 and pos < len(view)):  # four parts, or five with a burst
         if pos + 4 > len(view):
             raise BundleError("meta", "payload framing truncated")
         (size,) = _U32.unpack_from(view, pos)
@@ -307,7 +354,7 @@ def _require(obj: dict[str, Any], name: str, kind: type) -> Any:
 
 
 def _parse_payload(plain: bytes, header: Header) -> Bundle:
-    meta_v, image_v, photo_v, external_v = _split_parts(plain)
+    meta_v, image_v, photo_v, external_v, *burst_v = _split_parts(plain)
     try:
         meta = json.loads(bytes(meta_v).decode("utf-8"), parse_constant=_refuse_constant)
         external = bytes(external_v).decode("utf-8")
@@ -342,6 +389,7 @@ def _parse_payload(plain: bytes, header: Header) -> Bundle:
             problems.append(f"{part} size mismatch")
         if digests[part] != hashlib.sha256(data).hexdigest():
             problems.append(f"{part} digest mismatch")
+    burst, t_ms = _parse_burst(meta, digests, sizes, burst_v[0] if burst_v else None, problems)
     return Bundle(
         key_id=header.key_id,
         version=header.version,
@@ -355,4 +403,39 @@ def _parse_payload(plain: bytes, header: Header) -> Bundle:
         nonce=nonce,
         timestamp_ms=timestamp,
         integrity_problems=tuple(problems),
+        burst=burst,
+        burst_t_ms=t_ms,
+        has_burst=bool(burst_v),
     )
+
+
+def _parse_burst(
+    meta: dict[str, Any],
+    digests: dict[str, Any],
+    sizes: dict[str, Any],
+    part: memoryview | None,
+    problems: list[str],
+) -> tuple[tuple[bytes, ...], tuple[int, ...]]:
+    """The burst's frames and times; a burst part needs its digest, size and ``meta.burst`` (a meta
+    error otherwise), and its frames are dropped (an integrity problem) when they do not match."""
+    if part is None:
+        if BURST in digests or "burst" in meta:
+            raise BundleError("meta", "meta describes a burst but the payload has none")
+        return (), ()
+    digest = _require(digests, BURST, str)
+    if not _HEX64_RE.fullmatch(digest):
+        raise BundleError("meta", "digest of burst is not 64 lowercase hex characters")
+    size = _require(sizes, BURST, int)
+    info = _require(meta, "burst", dict)
+    t_ms = _require(info, "t_ms", list)
+    if not all(isinstance(t, int) and not isinstance(t, bool) and 0 <= t <= 60_000 for t in t_ms):
+        raise BundleError("meta", "burst t_ms must be integers from 0 to 60000")
+    if any(b < a for a, b in itertools.pairwise(t_ms)):
+        raise BundleError("meta", "burst t_ms must not decrease")
+    if size != len(part) or digest != hashlib.sha256(part).hexdigest():
+        problems.append("burst digest mismatch" if size == len(part) else "burst size mismatch")
+        return (), ()
+    frames = decode_burst(part)
+    if len(frames) != len(t_ms):
+        raise BundleError("meta", f"burst has {len(frames)} frames but {len(t_ms)} times")
+    return tuple(frames), tuple(t_ms)

@@ -11,6 +11,7 @@ import hashlib
 import os
 import platform
 import time
+from collections.abc import Sequence
 from functools import lru_cache
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,8 @@ import numpy as np
 
 import verilive
 from verilive.capture.bundle import (
+    BURST_MAX_FRAMES,
+    encode_burst,
     encode_payload,
     key_id_of,
     load_public_key_b64,
@@ -28,12 +31,44 @@ from verilive.capture.bundle import (
 )
 from verilive.face.image import decode_image
 
-__all__ = ["SDK_NAME", "CaptureClient", "build_bundle", "make_photo", "sdk_identity"]
+__all__ = [
+    "BURST_CUE",
+    "SDK_NAME",
+    "CaptureClient",
+    "build_bundle",
+    "burst_frames",
+    "make_photo",
+    "sdk_identity",
+]
 
 SDK_NAME = "verilive-capture-python"
 PHOTO_MAX_SIDE = 320  # the "small photo": enough for a thumbnail, far smaller than the image
 PHOTO_QUALITY = 85
 IMAGE_QUALITY = 95  # only for images that are not JPEG already
+# Burst frames for the 3D check from motion: downscaled (the server's check works at 640 px) and JPEG'd
+# so that 12 frames add about 0.4 MB (docs/bundle-format.md, "Burst").
+BURST_MAX_SIDE = 640
+BURST_QUALITY = 80
+BURST_CUE = "turn-left-then-back"  # what the browser SDK asks; callers name their own cue
+
+
+def burst_frames(frames: Sequence[np.ndarray | bytes]) -> list[bytes]:
+    """Burst frames as the bundle carries them: BGR arrays or encoded images, each scaled so that its
+    longer side is at most BURST_MAX_SIDE and encoded as JPEG (EXIF orientation applied)."""
+    if not 3 <= len(frames) <= BURST_MAX_FRAMES:
+        raise ValueError(f"a burst has 3 to {BURST_MAX_FRAMES} frames, got {len(frames)}")
+    out = []
+    for f in frames:
+        bgr = decode_image(bytes(f)).bgr if isinstance(f, bytes | bytearray) else np.asarray(f)
+        if bgr.ndim != 3 or bgr.shape[2] != 3 or bgr.dtype != np.uint8:
+            raise ValueError("burst frames must be BGR uint8 images or encoded images")
+        h, w = bgr.shape[:2]
+        scale = min(1.0, BURST_MAX_SIDE / max(h, w))
+        if scale < 1.0:
+            size = (max(1, round(w * scale)), max(1, round(h * scale)))
+            bgr = cv2.resize(bgr, size, interpolation=cv2.INTER_AREA)
+        out.append(_encode_jpeg(bgr, BURST_QUALITY))
+    return out
 
 
 @lru_cache(maxsize=1)
@@ -96,6 +131,9 @@ def build_bundle(
     nonce: str | None = None,
     timestamp_ms: int | None = None,
     digests_override: dict[str, Any] | None = None,
+    burst: Sequence[np.ndarray | bytes] | None = None,
+    burst_t_ms: Sequence[int] | None = None,
+    burst_info: dict[str, Any] | None = None,
 ) -> bytes:
     """Build an encrypted capture bundle (docs/bundle-format.md).
 
@@ -103,6 +141,11 @@ def build_bundle(
     ``environment`` are merged over honest defaults (the caller's values win). ``key_id`` None means
     the key id derived from the public key. ``digests_override`` replaces digests (part name -> hex)
     and, under ``"sizes"``, sizes: it exists only to test tamper detection.
+
+    ``burst``: 3-32 frames of the face moving (the person turning the head when asked), oldest first,
+    for the server's 3D check; ``burst_t_ms`` their times in ms from the first (default: 200 ms
+    apart); ``burst_info`` more members of ``meta.burst`` (``cue``, ``turn_deg`` measured on the
+    device, ``attempts``).
     """
     _, der = load_public_key_b64(public_key_b64)  # fail on a bad key before any image work
     data = Path(image).read_bytes() if isinstance(image, str | Path) else bytes(image)
@@ -124,7 +167,16 @@ def build_bundle(
     env = _default_environment()
     env.update(environment or {})
 
-    digests, sizes = part_digests(data, photo, external_data)
+    burst_part = None
+    burst_meta: dict[str, Any] | None = None
+    if burst is not None:
+        jpegs = burst_frames(burst)
+        t_ms = list(burst_t_ms) if burst_t_ms is not None else [200 * i for i in range(len(jpegs))]
+        if len(t_ms) != len(jpegs):
+            raise ValueError("burst_t_ms needs one time per burst frame")
+        burst_part = encode_burst(jpegs)
+        burst_meta = {"cue": BURST_CUE, **(burst_info or {}), "t_ms": [int(t) for t in t_ms]}
+    digests, sizes = part_digests(data, photo, external_data, burst_part)
     override = dict(digests_override or {})
     sizes.update(override.pop("sizes", {}))
     digests.update(override)
@@ -137,8 +189,10 @@ def build_bundle(
         "digests": digests,
         "sizes": sizes,
     }
+    if burst_meta is not None:
+        meta["burst"] = burst_meta
     kid = key_id if key_id is not None else key_id_of(der)
-    return seal(encode_payload(meta, data, photo, external_data), public_key_b64, kid)
+    return seal(encode_payload(meta, data, photo, external_data, burst_part), public_key_b64, kid)
 
 
 class CaptureClient:
@@ -170,8 +224,16 @@ class CaptureClient:
     def set_external_data(self, external_data: str) -> None:
         self._external = external_data
 
-    def capture(self, image: bytes | str | Path) -> dict[str, bytes]:
-        """Encrypt one capture: ``{"photo": small JPEG, "encryptedFile": bundle}``."""
+    def capture(
+        self,
+        image: bytes | str | Path,
+        *,
+        burst: Sequence[np.ndarray | bytes] | None = None,
+        burst_t_ms: Sequence[int] | None = None,
+        burst_info: dict[str, Any] | None = None,
+    ) -> dict[str, bytes]:
+        """Encrypt one capture: ``{"photo": small JPEG, "encryptedFile": bundle}``; ``burst`` as in
+        :func:`build_bundle`."""
         if self._key is None:
             raise ValueError("call set_encryption_key before capture")
         data = Path(image).read_bytes() if isinstance(image, str | Path) else bytes(image)
@@ -185,5 +247,8 @@ class CaptureClient:
             external_data=self._external,
             photo=photo,
             sdk=self._sdk,
+            burst=burst,
+            burst_t_ms=burst_t_ms,
+            burst_info=burst_info,
         )
         return {"photo": photo, "encryptedFile": bundle}

@@ -9,7 +9,10 @@ implementation. One call of :meth:`CaptureEngine.check` does, in order:
 3. refuse images under ``min_height`` (shorter side) as IMAGE_TOO_SMALL, then the face validation
    codes with the capture spec's messages;
 4. the six rejection detectors (``verilive.capture.detectors``);
-5. score = face log-odds (or a fixed prior) - a penalty per rejection reason, capped below 0 when
+5. the 3D check from motion on the bundle's burst, when it has one (docs/motion3d.md): a face judged
+   flat gets the face score FLAT_SCORE; with ``motion3d`` "require", so does any capture whose burst
+   is missing or not judged 3D;
+6. score = face log-odds (or a fixed prior) - a penalty per rejection reason, capped below 0 when
    anything is rejected, so that a rejection always gives probability < 0.5.
 """
 
@@ -18,6 +21,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
 from verilive.capture.bundle import Bundle
 from verilive.capture.detectors import (
@@ -35,7 +39,7 @@ from verilive.capture.replay import ReplayStore
 from verilive.capture.sdk_allowlist import SdkAllowList
 from verilive.capture.useragent import platform_of
 from verilive.config import Settings
-from verilive.face.engine import ErrorCode, FaceEngine
+from verilive.face.engine import FLAT_SCORE, ErrorCode, FaceEngine
 from verilive.face.pipelines import DEFAULT_PIPELINE, Domain
 from verilive.numeric import sigmoid
 
@@ -86,6 +90,9 @@ class CaptureConfig:
     min_height: int = 480
     face_liveness: bool = True
     pipeline: str = DEFAULT_PIPELINE
+    # The 3D check on the bundle's burst: "off", "use" (a flat face is a spoof; no burst or no verdict
+    # changes nothing) or "require" (only a burst judged 3D keeps the face score).
+    motion3d: Literal["off", "use", "require"] = "use"
 
     @classmethod
     def from_settings(cls, s: Settings) -> CaptureConfig:
@@ -95,6 +102,7 @@ class CaptureConfig:
             image_hash_ttl_s=s.capture_image_hash_ttl_s,
             min_height=s.capture_min_height,
             face_liveness=s.capture_face_liveness,
+            motion3d=s.capture_motion3d,
         )
 
     @property
@@ -138,6 +146,18 @@ class CaptureDecision:
     height: int = 0
     quality: float | None = None
     latency_ms: float = 0.0
+    # The 3D check's verdict on the burst ("3d", "flat", "cannot_judge"); None when it did not run.
+    motion3d: str | None = None
+
+
+def motion3d_fold(score: float, verdict: str | None, mode: str) -> float:
+    """The face score after the 3D check: FLAT_SCORE at most for a flat face, and under "require"
+    for anything but a 3D verdict (no burst, a corrupted one, a person who did not turn, a mask)."""
+    if mode == "off":
+        return score
+    if verdict == "flat" or (mode == "require" and verdict != "3d"):
+        return min(score, FLAT_SCORE)
+    return score
 
 
 def combine(face_score: float | None, reasons: Sequence[str]) -> tuple[float, float]:
@@ -194,7 +214,12 @@ class CaptureEngine:
             relative = r.code == ErrorCode.FACE_TOO_SMALL and r.relative_only
             message = MESSAGES.get("FACE_TOO_SMALL_RELATIVE" if relative else r.code, r.message)
             raise CaptureValidationError(str(r.code), message, image.width, image.height)
+        verdict = self._motion3d(bundle)
         face_score = assessment.score
+        if face_score is not None:
+            face_score = motion3d_fold(face_score, verdict, self.config.motion3d)
+        elif motion3d_fold(PRIOR_SCORE, verdict, self.config.motion3d) != PRIOR_SCORE:
+            face_score = FLAT_SCORE  # no face model, but the 3D check decided
         face_probability = sigmoid(face_score) if face_score is not None else None
         jpeg = jpeg_info(bundle.image)
         findings[Reason.UNTRUSTED_ENVIRONMENT] = untrusted_environment(bundle)
@@ -217,7 +242,16 @@ class CaptureEngine:
             height=image.height,
             quality=assessment.quality,
             latency_ms=1000.0 * (time.perf_counter() - t0),
+            motion3d=verdict,
         )
+
+    def _motion3d(self, bundle: Bundle) -> str | None:
+        """The 3D check's verdict on the bundle's burst; None when it has no usable burst (none,
+        corrupted, not one face) or the check is off."""
+        if self.config.motion3d == "off" or not bundle.burst:
+            return None
+        result = self.face.motion3d(bundle.burst).result
+        return result.verdict.value if result is not None else None
 
 
 def summarise(findings: Mapping[str, list[str]]) -> str:

@@ -127,5 +127,6 @@ class CaptureService:
                 image_height=decision.height if decision else error.height if error else None,
                 latency_ms=latency_ms,
                 rejection=",".join(decision.rejection) if decision and decision.rejection else None,
+                motion3d=decision.motion3d if decision else None,
             )
         )

@@ -147,6 +147,7 @@ def record(
                 image_width=r.width,
                 image_height=r.height,
                 latency_ms=r.latency_ms,
+                motion3d=r.motion3d,
             )
         )
     bi_store(ctx).add_many(rows)

@@ -9,12 +9,14 @@ frames of different sizes, or a face that jumps between frames (another person, 
 from __future__ import annotations
 
 import itertools
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import cv2
 import numpy as np
 
 from verilive.face.detector import FaceDetector
+from verilive.face.image import ImageError, decode_image
 from verilive.face.mesh import FaceMesh, Mesh, Roi, roi_from_face, roi_from_points
 from verilive.face.motion3d import RIGID_POINTS, Motion3D, Thresholds, Verdict, judge, shape_turn
 
@@ -26,15 +28,9 @@ MAX_JUMP_IOD = 2.5
 MAX_SIZE_STEP = 1.6
 MIN_FRAMES = 3
 MAX_FRAMES = 32
-# Optical-flow tracks: corners inside the face (the mesh's outline shrunk by FACE_SHRINK towards its
-# centre, so no background corner at the face's edge joins), kept if they come back to within
-# FB_MAX_PX when tracked backwards and survive every frame; at least MIN_TRACKS of them.
-FACE_SHRINK = 0.85
-MAX_CORNERS = 200
-FB_MAX_PX = 1.0
-MIN_TRACKS = 16
-LK_WINDOW = (21, 21)
-LK_LEVELS = 3
+# Encoded frames are checked at most this long side: the geometry is in eye distances and degrees, and
+# the mesh sees a 192 px crop, so larger frames only cost decoding memory and detection time.
+MAX_SIDE = 640
 
 
 @dataclass(frozen=True)
@@ -57,15 +53,10 @@ class BurstChecker:
         detector: FaceDetector,
         mesh: FaceMesh,
         thresholds: Thresholds = Thresholds(),
-        *,
-        optical_flow: bool = False,
     ) -> None:
         self.detector = detector
         self.mesh = mesh
         self.thresholds = thresholds
-        # Optical-flow tracks instead of the mesh's x, y in the homography test: measured, not adopted
-        # (docs/motion3d.md, "What we tried").
-        self.optical_flow = optical_flow
 
     def meshes(self, frames_bgr: list[np.ndarray]) -> list[Mesh | None]:
         """The tracked mesh of each frame (None where no face is found)."""
@@ -88,6 +79,30 @@ class BurstChecker:
             prev = mesh if mesh is not None else prev
         return out
 
+    def check_encoded(self, images: Sequence[bytes], max_pixels: int = 40_000_000) -> BurstCheck:
+        """The check on encoded frames (JPEG, PNG, ...; EXIF orientation applied). Frames that cannot
+        be decoded are left out; each is shrunk to MAX_SIDE as soon as it is decoded, so a long series
+        of large images never sits in memory at full size."""
+        if len(images) < MIN_FRAMES:
+            return BurstCheck(None, f"fewer than {MIN_FRAMES} frames")
+        if len(images) > MAX_FRAMES:
+            images = [images[round(i)] for i in np.linspace(0, len(images) - 1, MAX_FRAMES)]
+        frames: list[np.ndarray] = []
+        sizes = set()
+        for data in images:
+            try:
+                img = decode_image(data, max_pixels).bgr
+            except ImageError:
+                continue
+            sizes.add(img.shape[:2])
+            scale = MAX_SIDE / max(img.shape[:2])
+            if scale < 1.0:
+                img = cv2.resize(img, None, fx=scale, fy=scale, interpolation=cv2.INTER_AREA)
+            frames.append(img)
+        if len(sizes) > 1:
+            return BurstCheck(None, "the frames differ in size")
+        return self.check(frames)
+
     def check(self, frames_bgr: list[np.ndarray]) -> BurstCheck:
         if len(frames_bgr) < MIN_FRAMES:
             return BurstCheck(None, f"fewer than {MIN_FRAMES} frames")
@@ -107,51 +122,8 @@ class BurstChecker:
             if jump > MAX_JUMP_IOD or step > MAX_SIZE_STEP:
                 return BurstCheck(None, "the face jumps between frames (a cut or another person)")
         h, w = frames_bgr[0].shape[:2]
-        with_face = [f for f, m in zip(frames_bgr, all_meshes, strict=True) if m is not None]
-        tracks = flow_tracks(with_face, meshes) if self.optical_flow else None
         points = np.stack([m.points for m in meshes])
-        return BurstCheck(judge(points, w, h, self.thresholds, tracks=tracks))
-
-
-def flow_tracks(frames_bgr: list[np.ndarray], meshes: list[Mesh]) -> np.ndarray | None:
-    """(frames, K, 2) optical-flow tracks of corners on the face, or None when too few survive.
-
-    Each frame's flow starts from where the mesh's own motion (a homography between the two frames'
-    rigid landmarks) puts the point, so that fast motion at a few frames per second stays within the
-    pyramid's reach; the flow then follows the image, not the mesh's idea of a face."""
-    gray = [cv2.cvtColor(f, cv2.COLOR_BGR2GRAY) for f in frames_bgr]
-    rigid = list(RIGID_POINTS)
-    hull_pts = meshes[0].points[:, :2]
-    centre = hull_pts.mean(axis=0)
-    hull = cv2.convexHull(((hull_pts - centre) * FACE_SHRINK + centre).astype(np.float32))
-    mask = np.zeros(gray[0].shape, np.uint8)
-    cv2.fillConvexPoly(mask, hull.astype(np.int32), 255)
-    min_dist = max(2.0, meshes[0].interocular / 15.0)
-    corners = cv2.goodFeaturesToTrack(gray[0], MAX_CORNERS, 0.005, min_dist, mask=mask)
-    if corners is None or len(corners) < MIN_TRACKS:
-        return None
-    pts = corners.reshape(-1, 2).astype(np.float32)
-    alive = np.ones(len(pts), bool)
-    track = [pts.copy()]
-    for k in range(1, len(gray)):
-        h, _ = cv2.findHomography(meshes[k - 1].points[rigid, :2], meshes[k].points[rigid, :2], 0)
-        prev = track[-1]
-        guess = prev if h is None else cv2.perspectiveTransform(prev.reshape(-1, 1, 2), h).reshape(-1, 2)
-        guess = guess.astype(np.float32)
-        nxt, st, _ = cv2.calcOpticalFlowPyrLK(
-            gray[k - 1], gray[k], prev, guess.copy(), winSize=LK_WINDOW, maxLevel=LK_LEVELS,
-            flags=cv2.OPTFLOW_USE_INITIAL_FLOW,
-        )  # fmt: skip
-        back, st2, _ = cv2.calcOpticalFlowPyrLK(
-            gray[k], gray[k - 1], nxt, prev.copy(), winSize=LK_WINDOW, maxLevel=LK_LEVELS,
-            flags=cv2.OPTFLOW_USE_INITIAL_FLOW,
-        )  # fmt: skip
-        fb = np.linalg.norm(back - prev, axis=1)
-        alive &= (st.ravel() == 1) & (st2.ravel() == 1) & (fb < FB_MAX_PX)
-        track.append(nxt)
-    if alive.sum() < MIN_TRACKS:
-        return None
-    return np.stack([t[alive] for t in track]).astype(np.float64)
+        return BurstCheck(judge(points, w, h, self.thresholds))
 
 
 def _roi(mesh: Mesh) -> Roi:

@@ -21,12 +21,15 @@ import cv2
 import numpy as np
 
 from verilive.config import Settings
+from verilive.face.burst import BurstCheck, BurstChecker
 from verilive.face.detector import Face, FaceDetector
 from verilive.face.facepad import FacePAD
 from verilive.face.fusion import PipelineFusion, load_fusion
 from verilive.face.hyperfas import HyperFAS
 from verilive.face.image import DecodedImage, ImageError, decode_image
+from verilive.face.mesh import FaceMesh
 from verilive.face.minifasnet import V1SE, V2, MiniFASNet, retinaface_like_box
+from verilive.face.motion3d import Verdict
 from verilive.face.occlusion import occlusion
 from verilive.face.pipelines import DEFAULT_PIPELINE, Calibration, Domain
 from verilive.face.quality import quality_factors
@@ -71,6 +74,10 @@ _TURNS = {cv2.ROTATE_90_CLOCKWISE: 1, cv2.ROTATE_180: 2, cv2.ROTATE_90_COUNTERCL
 # is rough at large angles (a head tilted 50 degrees, turned by 90, reads 22): a tilted head must
 # stay FACE_ANGLE_TOO_LARGE, while a face on its side turned upright reads under 15 (tests).
 UPRIGHT_ROLL_SHARE = 0.5
+# A series (or capture burst) that the 3D check from motion judges flat is a spoof whatever the
+# appearance models say (docs/motion3d.md): its score is at most this, a probability under 1e-4 with
+# any calibration offset.
+FLAT_SCORE = -10.0
 
 
 @dataclass(frozen=True)
@@ -128,6 +135,8 @@ class ImageResult:
     height: int | None = None
     latency_ms: float = 0.0
     details: dict[str, float] = field(default_factory=dict)
+    # The 3D check from motion on a series: "3d", "flat" or "cannot_judge"; None when it did not run.
+    motion3d: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -232,8 +241,11 @@ class FaceEngine:
         validation: Validation = Validation(),
         max_pixels: int = 40_000_000,
         workers: int = 2,
+        burst: BurstChecker | None = None,
     ) -> None:
         self.detector = detector
+        # The 3D check from motion for series; None: series are judged by appearance only.
+        self.burst = burst
         self.models = models
         self.hyperfas = hyperfas
         self.facepad = facepad
@@ -251,14 +263,17 @@ class FaceEngine:
     def from_registry(cls, registry: ModelRegistry, settings: Settings) -> FaceEngine:
         fusion = load_fusion()
         needs_hyperfas = any("hyperfas" in f.needs for f in fusion.values())
+        detector = FaceDetector.from_registry(registry)
+        burst = BurstChecker(detector, FaceMesh.from_registry(registry)) if settings.face_motion3d else None
         return cls(
-            FaceDetector.from_registry(registry),
+            detector,
             {m: MiniFASNet.from_registry(registry, m) for m in (V2, V1SE)},
             HyperFAS.from_registry(registry) if needs_hyperfas else None,
             FacePAD.load(),
             fusion,
             validation=Validation.from_settings(settings),
             max_pixels=settings.face_max_image_pixels,
+            burst=burst,
         )
 
     def close(self) -> None:
@@ -496,6 +511,13 @@ class FaceEngine:
     ) -> ImageResult:
         return self.check_images([data], pipeline, calibration, domain)[0]
 
+    def motion3d(self, images: Sequence[bytes]) -> BurstCheck:
+        """The 3D check from motion on encoded frames of one face (docs/motion3d.md); skipped, with
+        the reason, when this engine has no burst checker."""
+        if self.burst is None:
+            return BurstCheck(None, "the 3D check is off")
+        return self.burst.check_encoded(images, self.max_pixels)
+
     def check_series(
         self,
         images: Sequence[bytes],
@@ -505,12 +527,25 @@ class FaceEngine:
     ) -> ImageResult:
         """One result for a series of frames of one capture: the mean raw log-odds and the mean
         quality of the frames that pass validation; frames that fail are skipped. If none passes,
-        the first frame's rejection is the answer."""
+        the first frame's rejection is the answer.
+
+        A series of 3 or more frames also goes through the 3D check from motion: judged flat, its
+        score becomes at most FLAT_SCORE; judged 3D or not judged, the score is unchanged (a screen
+        replay of a moving face is 3D in content, so 3D is no evidence of life)."""
         results = self.check_images(images, pipeline, calibration, domain)
         good = [r for r in results if r.ok and r.score is not None]
         if not good:
             return results[0]
         score = float(np.mean([r.score for r in good]))
+        details = {"frames": float(len(results)), "frames_used": float(len(good))}
+        t0 = time.perf_counter()
+        motion = self.motion3d(images) if len(images) >= 3 else BurstCheck(None, "fewer than 3 frames")
+        verdict = None
+        if motion.result is not None:
+            verdict = motion.result.verdict.value
+            details.update(motion.result.as_details())
+            if motion.result.verdict is Verdict.FLAT:
+                score = min(score, FLAT_SCORE)
         first = good[0]
         return ImageResult(
             score=score,
@@ -518,6 +553,7 @@ class FaceEngine:
             quality=float(np.mean([r.quality for r in good if r.quality is not None])),
             width=first.width,
             height=first.height,
-            latency_ms=sum(r.latency_ms for r in results),
-            details={"frames": float(len(results)), "frames_used": float(len(good))},
+            latency_ms=sum(r.latency_ms for r in results) + 1000.0 * (time.perf_counter() - t0),
+            details=details,
+            motion3d=verdict,
         )

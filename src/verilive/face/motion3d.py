@@ -15,16 +15,23 @@ For each frame t against the first frame:
   shape between the two frames (Kabsch on the centred, scale-normalised x, y, z). For a real head this
   is its turn. For a tilted print it reads little, because the mesh pulls any face towards a face
   shape: that is why the mesh's depth is used only to see that a head turned, never as 3D evidence.
-- ``plane_tilt``: the out-of-plane rotation that the homography itself implies, from its decomposition
-  with a pinhole camera of focal length ``focal`` x the image's longer side, principal point at the
-  centre. A print tilted in the hand shows it even when the mesh reads no turn.
+- ``rigid_ratio``: how much better a rigid 3D face explains the motion than a plane does: the residual
+  of the best perspective pose (PnP, pinhole camera of focal length ``focal`` x the image's longer side,
+  principal point at the centre) of the first frame's landmarks back-projected to the mesh's depth,
+  over the homography residual. A turning head's landmarks follow its own 3D shape (0.2-0.5 on the
+  development clips); noise, a bent sheet or a face that changes shape fit neither model better (~1).
 
 The burst's statistics are robust to one bad frame: the second largest per-frame value of each (the
 largest for bursts of three frames or fewer). Verdict:
-- ``CANNOT_JUDGE``: the face neither turned by ``min_turn`` nor tilted by ``min_tilt``; an approach, a
-  sideways slide, a roll or a still face do not separate a plane from a head.
-- ``FLAT``: it moved enough, and a homography explains the motion to within ``max_flat_residual``.
-- ``THREE_D``: it moved enough, and no homography explains it.
+- ``CANNOT_JUDGE``: the face did not turn by ``min_turn`` (an approach, a sideways slide, a roll or a
+  still face do not separate a plane from a head; a print tilted in the hand reads 1-5 degrees), or it
+  turned but neither a plane nor a rigid head explains its motion (``rigid_ratio`` over
+  ``max_rigid_ratio``).
+- ``FLAT``: it turned, and a homography explains the motion to within ``max_flat_residual``.
+- ``THREE_D``: it turned, no homography explains the motion, and a rigid 3D face does.
+
+Where a client asked for a turn (capture bundles), only ``THREE_D`` is evidence of a real head:
+"cannot judge" then means the person did not turn or the thing in front of the camera is not a head.
 """
 
 from __future__ import annotations
@@ -66,12 +73,10 @@ class Verdict(StrEnum):
 class Thresholds:
     """Decision thresholds; chosen on the development clips and simulated attacks (docs/motion3d.md)."""
 
-    min_turn: float = 6.0  # degrees of head turn (mesh pose) that make a burst judgeable
-    # Degrees of plane tilt (homography) that make a burst judgeable. Off (infinite) by default: on the
-    # development clips, near-still and rolling live faces gave implied tilts of 8-70 degrees (the
-    # decomposition of a near-identity homography is unstable), so this gate judged live windows flat.
-    min_tilt: float = math.inf
+    min_turn: float = 8.0  # degrees of head turn (mesh pose) that make a burst judgeable
     max_flat_residual: float = 0.02  # IOD units: at or under this, a homography explains the motion
+    # At or under this, the rigid 3D fit explains the motion well enough to call it a head.
+    max_rigid_ratio: float = 0.8
     focal: float = 0.9  # assumed focal length, times the image's longer side
 
 
@@ -82,7 +87,7 @@ class Motion3D:
     verdict: Verdict
     residual: float
     face_turn: float
-    plane_tilt: float
+    rigid_ratio: float
     frames: int
     residuals: tuple[float, ...] = ()
 
@@ -90,7 +95,7 @@ class Motion3D:
         return {
             "motion3d_residual": round(self.residual, 5),
             "motion3d_turn": round(self.face_turn, 3),
-            "motion3d_tilt": round(self.plane_tilt, 3),
+            "motion3d_rigid_ratio": round(min(self.rigid_ratio, 1e3), 4),
             "motion3d_frames": float(self.frames),
             "motion3d_flat": 1.0 if self.verdict is Verdict.FLAT else 0.0,
             "motion3d_judged": 0.0 if self.verdict is Verdict.CANNOT_JUDGE else 1.0,
@@ -134,22 +139,36 @@ def shape_turn(a: np.ndarray, b: np.ndarray) -> float:
     return out_of_plane_angle(rot)
 
 
-def plane_tilt(h: np.ndarray, width: int, height: int, focal: float) -> float:
-    """Out-of-plane rotation (degrees) that homography ``h`` implies for a plane that faced the camera
-    in the first frame: of its decompositions with a pinhole camera (focal ``focal`` x the longer side,
-    principal point at the image centre), the one whose plane normal is nearest the optical axis."""
+def camera(width: int, height: int, focal: float) -> np.ndarray:
+    """The assumed pinhole camera: focal ``focal`` x the longer side, principal point at the centre."""
     f = focal * max(width, height)
-    k = np.array([[f, 0.0, width / 2.0], [0.0, f, height / 2.0], [0.0, 0.0, 1.0]])
+    return np.array([[f, 0.0, width / 2.0], [0.0, f, height / 2.0], [0.0, 0.0, 1.0]])
+
+
+def rigid_residual(first: np.ndarray, later: np.ndarray, k: np.ndarray) -> float:
+    """Trimmed RMS (pixels) of the best perspective pose of the 3D shape seen in ``first`` ((N, 3):
+    image x, y and depth z in pixels) explaining the image points ``later`` (N x 2).
+
+    The shape is ``first`` back-projected through camera ``k`` to depth f + z (object units: pixels at
+    depth f), so that its pose at the first frame reproduces the first frame exactly."""
+    f = k[0, 0]
+    z = first[:, 2] - first[:, 2].mean()
+    obj = np.column_stack([(first[:, 0] - k[0, 2]) * (f + z) / f, (first[:, 1] - k[1, 2]) * (f + z) / f, z])
+    centre = obj.mean(axis=0)
+    obj = np.ascontiguousarray(obj - centre)
+    img = np.ascontiguousarray(later, dtype=np.float64)
+    rvec = np.zeros((3, 1))
+    tvec = np.array([[centre[0]], [centre[1]], [f + centre[2]]])
     try:
-        _, rots, _, normals = cv2.decomposeHomographyMat(h, k)
+        ok, rvec, tvec = cv2.solvePnP(obj, img, k, None, rvec, tvec, True, flags=cv2.SOLVEPNP_ITERATIVE)
     except cv2.error:
-        return 0.0
-    # Exactly degenerate homographies come back as NaN solutions: no tilt can be read from them.
-    good = [i for i in range(len(rots)) if np.all(np.isfinite(rots[i])) and np.all(np.isfinite(normals[i]))]
-    if not good:
-        return 0.0
-    best = max(good, key=lambda i: abs(float(normals[i][2, 0])))
-    return out_of_plane_angle(rots[best])
+        return float("inf")
+    if not ok:
+        return float("inf")
+    proj, _ = cv2.projectPoints(obj, rvec, tvec, k, None)
+    err = np.sum((proj.reshape(-1, 2) - img) ** 2, axis=1)
+    keep = np.sort(err)[: max(4, math.ceil(TRIM * len(err)))]
+    return float(math.sqrt(float(np.mean(keep))))
 
 
 def judge(
@@ -158,13 +177,10 @@ def judge(
     height: int,
     thresholds: Thresholds = Thresholds(),
     rigid: tuple[int, ...] | None = RIGID_POINTS,
-    tracks: np.ndarray | None = None,
 ) -> Motion3D:
     """The verdict for a burst: ``points`` is (frames, N, 3) x, y, z per landmark (x, y in image pixels
-    of a ``width`` x ``height`` image; z the landmark model's relative depth), one face, in time order.
-    ``rigid`` selects the landmarks used (None: all). ``tracks`` (frames, K, 2), when given, are image
-    point tracks on the face (optical flow) that replace the landmarks' x, y in the homography test;
-    the landmarks then give only the head turn and the eye distance."""
+    of a ``width`` x ``height`` image; z the landmark model's relative depth in the same pixel scale,
+    larger is farther), one face, in time order. ``rigid`` selects the landmarks used (None: all)."""
     pts = np.asarray(points, dtype=np.float64)
     if pts.ndim != 3 or pts.shape[2] != 3:
         raise ValueError(f"expected (frames, points, 3), got {pts.shape}")
@@ -175,28 +191,31 @@ def judge(
     sel = pts[:, list(rigid), :] if rigid is not None else pts
     if sel.shape[1] < 8:
         raise ValueError("the 3D check needs at least 8 landmarks")
-    flow = None if tracks is None else np.asarray(tracks, dtype=np.float64)
-    if flow is not None and (flow.shape[0] != frames or flow.shape[1] < 8):
-        raise ValueError("tracks need one row per frame and at least 8 points")
-    xy = flow if flow is not None else sel[:, :, :2]
-    residuals, turns, tilts = [], [], []
+    if not np.all(np.isfinite(sel)):
+        raise ValueError("landmarks must be finite")
+    k = camera(width, height, thresholds.focal)
+    residuals, rigids, turns = [], [], []
     for t in range(1, frames):
-        h, rms = homography_residual(xy[0], xy[t])
+        _, rms = homography_residual(sel[0, :, :2], sel[t, :, :2])
         if named:
-            iod = 0.5 * sum(_iod(pts[k]) for k in (0, t))
+            iod = 0.5 * sum(_iod(pts[i]) for i in (0, t))
         else:
-            iod = 0.5 * sum(_spread(sel[k, :, :2]) for k in (0, t))
-        residuals.append(rms / max(iod, 1e-6))
+            iod = 0.5 * sum(_spread(sel[i, :, :2]) for i in (0, t))
+        iod = max(iod, 1e-6)
+        residuals.append(rms / iod)
+        rigids.append(rigid_residual(sel[0], sel[t, :, :2], k) / iod)
         turns.append(shape_turn(sel[0], sel[t]))
-        tilts.append(plane_tilt(h, width, height, thresholds.focal))
-    residual, turn, tilt = _robust_max(residuals), _robust_max(turns), _robust_max(tilts)
-    if turn < thresholds.min_turn and tilt < thresholds.min_tilt:
+    residual, turn = _robust_max(residuals), _robust_max(turns)
+    ratio = _robust_max(rigids) / max(residual, 1e-9)
+    if turn < thresholds.min_turn:
         verdict = Verdict.CANNOT_JUDGE
     elif residual <= thresholds.max_flat_residual:
         verdict = Verdict.FLAT
-    else:
+    elif ratio <= thresholds.max_rigid_ratio:
         verdict = Verdict.THREE_D
-    return Motion3D(verdict, residual, turn, tilt, frames, tuple(residuals))
+    else:
+        verdict = Verdict.CANNOT_JUDGE
+    return Motion3D(verdict, residual, turn, ratio, frames, tuple(residuals))
 
 
 def _iod(p: np.ndarray) -> float:

@@ -110,6 +110,9 @@ bi_records = Table(
     Column("latency_ms", Float, nullable=False),
     # Capture service: the rejection reasons, comma-joined (null elsewhere and when none).
     Column("rejection", String(255)),
+    # Face series and capture bursts: the 3D check from motion, "3d", "flat" or "cannot_judge" (null
+    # when it did not run; docs/motion3d.md).
+    Column("motion3d", String(16)),
     # Every query (records, report, purge) selects a time range.
     Index("ix_bi_records_time", "time"),
 )
@@ -128,7 +131,10 @@ _RECORD_COLUMNS = (
     "image_height",
     "latency_ms",
     "rejection",
+    "motion3d",
 )
+# Columns added after the first release, with their SQL type: tables made before get them added.
+_ADDED_COLUMNS = {"rejection": "VARCHAR(255)", "motion3d": "VARCHAR(16)"}
 
 
 @dataclass(frozen=True)
@@ -148,6 +154,7 @@ class BiRecord:
     image_height: int | None
     latency_ms: float
     rejection: str | None = None
+    motion3d: str | None = None
 
     def __post_init__(self) -> None:
         if self.time.tzinfo is None or self.time.utcoffset() is None:
@@ -240,6 +247,7 @@ def _row(record: BiRecord) -> dict[str, Any]:
         "image_height": record.image_height,
         "latency_ms": _finite(record.latency_ms) or 0.0,
         "rejection": None if record.rejection is None else record.rejection[:255],
+        "motion3d": _short(record.motion3d),
     }
 
 
@@ -344,9 +352,11 @@ class BiStore:
             conn.execute(CreateTable(bi_records, if_not_exists=True))
             for index in sorted(bi_records.indexes, key=lambda i: str(i.name)):
                 conn.execute(CreateIndex(index, if_not_exists=True))
-            # Tables made before the capture service's column get it added (a one-way migration).
-            if "rejection" not in {c["name"] for c in inspect(conn).get_columns("bi_records")}:
-                conn.execute(text("ALTER TABLE bi_records ADD COLUMN rejection VARCHAR(255)"))
+            # Tables made before a column was added get it (a one-way migration).
+            present = {c["name"] for c in inspect(conn).get_columns("bi_records")}
+            for name, sql_type in _ADDED_COLUMNS.items():
+                if name not in present:
+                    conn.execute(text(f"ALTER TABLE bi_records ADD COLUMN {name} {sql_type}"))
 
     def add(self, record: BiRecord) -> None:
         """Store one record. Never raises: a failure is logged and counted in `failed_writes`."""

@@ -1,0 +1,252 @@
+"""The 3D check from motion end to end: /check_liveness series and capture bundles with a burst, on
+real models and real frames (docs/motion3d.md). A live burst is a real head turn from a development
+clip; a print burst is a real printed photo moved as a plane (simulated, common/flat_motion_sim.py)."""
+
+from __future__ import annotations
+
+import csv
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import cv2
+import numpy as np
+import pytest
+from common.flat_motion_sim import flat_burst
+from fastapi.testclient import TestClient
+
+from tests.test_capture_api import KEY, PUBLIC, camera_jpeg, env, settings_for
+from verilive.capture import bundle as B
+from verilive.capture.bundle import KeyRing
+from verilive.capture.client import build_bundle
+from verilive.config import Settings
+from verilive.face.burst import BurstCheck
+from verilive.face.deps import face_engine
+from verilive.face.detector import FaceDetector
+from verilive.face.engine import FLAT_SCORE, FaceEngine
+from verilive.face.image import decode_image
+from verilive.face.motion3d import Motion3D, Verdict
+from verilive.models.sessions import ModelRegistry
+from verilive.server.app import create_service_app
+
+pytestmark = pytest.mark.slow
+
+TURN_CLIP = "data/face/video_motion/antispoof_tranvanluyt/real.mp4"
+PAD = "data/face/pad_silentface"
+FENI = "data/face/pad_feni_sfas"
+OCTET = {"content-type": "application/octet-stream"}
+
+
+def _jpeg(bgr: np.ndarray) -> bytes:
+    ok, buf = cv2.imencode(".jpg", bgr, [cv2.IMWRITE_JPEG_QUALITY, 90])
+    assert ok
+    return buf.tobytes()
+
+
+@pytest.fixture(scope="module")
+def live_burst(shared_dir: Path) -> list[np.ndarray]:
+    """10 frames at 5 fps over the clip's first deliberate head turn (from 0.6 s)."""
+    cap = cv2.VideoCapture(str(shared_dir / TURN_CLIP))
+    frames = []
+    while True:
+        ok, f = cap.read()
+        if not ok:
+            break
+        frames.append(f)
+    return frames[18:78:6]
+
+
+@pytest.fixture(scope="module")
+def print_burst(shared_dir: Path, models_settings: Settings) -> list[np.ndarray]:
+    """A real printed photo held in the hand and tilted by 10-30 degrees (simulated motion): the
+    first print whose frames pass the face validation (many prints are FACE_IS_OCCLUDED)."""
+    with open(shared_dir / FENI / "labels.csv") as fh:
+        rows = [r for r in csv.DictReader(fh) if r["attack_type"].startswith("print")]
+    registry = ModelRegistry(models_settings)
+    det = FaceDetector.from_registry(registry)
+    engine = FaceEngine.from_registry(registry, models_settings.model_copy(update={"face_motion3d": False}))
+    try:
+        for i, row in enumerate(rows[:40]):
+            img = cv2.imread(str(shared_dir / FENI / row["file"]))
+            faces = det.detect(img) if img is not None else []
+            if not faces or faces[0].width < 80:
+                continue
+            rng = np.random.default_rng(i)
+            frames = flat_burst(img, faces[0].box, rng, shape="flat", motion="hand_tilt", frames=10).frames
+            if sum(r.ok for r in engine.check_images([_jpeg(f) for f in frames])) >= 5:
+                return frames
+    finally:
+        engine.close()
+    pytest.fail("no usable print photo")
+
+
+@pytest.fixture(scope="module")
+def face(models_settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
+    db = tmp_path_factory.mktemp("bi3d") / "bi.sqlite3"
+    settings = models_settings.model_copy(update={"bi_database_url": f"sqlite:///{db}"})
+    with TestClient(create_service_app("face", settings), raise_server_exceptions=False) as c:
+        yield c
+
+
+def series(client: TestClient, frames: list[bytes]) -> dict[str, Any]:
+    files = [("image", (f"f{i}.jpg", data, "image/jpeg")) for i, data in enumerate(frames)]
+    r = client.post("/check_liveness", files=files)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def batch_mean(client: TestClient, frames: list[bytes]) -> float:
+    files = [("image", (f"f{i}.jpg", data, "image/jpeg")) for i, data in enumerate(frames)]
+    r = client.post("/check_liveness_batch", files=files)
+    scores = [e["score"] for e in r.json() if "score" in e]
+    assert scores
+    return float(np.mean(scores))
+
+
+def last_record(client: TestClient) -> dict[str, Any]:
+    records = client.get("/bi_records").json()
+    return records[-1]
+
+
+# ---------------------------------------------------------------------------- face service series
+
+
+def test_live_series_is_judged_3d_and_keeps_its_score(face: TestClient, live_burst: list[np.ndarray]) -> None:
+    frames = [_jpeg(f) for f in live_burst]
+    body = series(face, frames)
+    assert set(body) == {"probability", "quality", "score"}
+    rec = last_record(face)
+    assert rec["endpoint"] == "check_liveness" and rec["motion3d"] == "3d"
+    # 3D is no evidence of life (a replayed video is 3D in content): the score is the frames' mean.
+    assert body["score"] == pytest.approx(batch_mean(face, frames), abs=1e-6)
+
+
+def test_print_series_is_not_judged_3d(face: TestClient, print_burst: list[np.ndarray]) -> None:
+    frames = [_jpeg(f) for f in print_burst]
+    body = series(face, frames)
+    rec = last_record(face)
+    # The mesh reads a tilted print as little turn: "cannot judge" (or flat), never 3D.
+    assert rec["motion3d"] in {"cannot_judge", "flat"}
+    if rec["motion3d"] == "cannot_judge":
+        assert body["score"] == pytest.approx(batch_mean(face, frames), abs=1e-6)
+    else:
+        assert body["score"] <= FLAT_SCORE and body["probability"] < 1e-3
+
+
+def test_identical_frames_cannot_be_judged_and_change_nothing(face: TestClient, shared_dir: Path) -> None:
+    data = (shared_dir / PAD / "image_T1.jpg").read_bytes()
+    body = series(face, [data] * 5)
+    assert last_record(face)["motion3d"] == "cannot_judge"
+    single = face.post("/check_liveness", files=[("image", ("a.jpg", data, "image/jpeg"))]).json()
+    assert body["score"] == pytest.approx(single["score"], abs=1e-6)
+    assert last_record(face)["motion3d"] is None  # one image: no 3D check
+
+
+def test_bursts_that_are_not_one_face_are_skipped_not_errors(
+    face: TestClient, live_burst: list[np.ndarray], shared_dir: Path
+) -> None:
+    frames = [_jpeg(f) for f in live_burst[:4]]
+    other = (shared_dir / PAD / "image_T1.jpg").read_bytes()  # another person, another size
+    for parts in (frames[:2], [*frames[:3], other], [frames[0], other, frames[1]]):
+        body = series(face, parts)
+        assert "score" in body or "error_code" in body
+        assert last_record(face)["motion3d"] is None
+    # Undecodable and empty frames are skipped by the series as before; the rest still counts.
+    body = series(face, [*frames, b"", b"\xff\xd8garbage"])
+    assert "score" in body
+    # Different sizes of the same clip: skipped.
+    small = [_jpeg(cv2.resize(f, None, fx=0.5, fy=0.5)) for f in live_burst[4:7]]
+    series(face, frames + small)
+    assert last_record(face)["motion3d"] is None
+
+
+def test_a_flat_verdict_makes_the_series_a_spoof(face: TestClient, live_burst: list[np.ndarray]) -> None:
+    """The rule, with the verdict forced: flat gives at most FLAT_SCORE whatever the models say."""
+    engine = face_engine(face.app.state.ctx)
+    flat = BurstCheck(Motion3D(Verdict.FLAT, 0.005, 12.0, 1.0, 10))
+
+    class Flat:
+        def check_encoded(self, images: Any, max_pixels: int) -> BurstCheck:
+            return flat
+
+    saved = engine.burst
+    engine.burst = Flat()  # type: ignore[assignment]
+    try:
+        body = series(face, [_jpeg(f) for f in live_burst[:5]])
+    finally:
+        engine.burst = saved
+    assert body["score"] == FLAT_SCORE and body["probability"] < 1e-4
+    assert last_record(face)["motion3d"] == "flat"
+
+
+# ---------------------------------------------------------------------------- capture bundles
+
+
+def _capture(models_settings: Settings, tmp: Path, mode: str) -> TestClient:
+    s = settings_for(models_settings, tmp, capture_motion3d=mode)
+    return TestClient(create_service_app("capture", s), raise_server_exceptions=False)
+
+
+@pytest.fixture(scope="module")
+def still(shared_dir: Path) -> np.ndarray:
+    return decode_image((shared_dir / PAD / "image_T1.jpg").read_bytes()).bgr
+
+
+def decide(client: TestClient, blob: bytes) -> dict[str, Any]:
+    r = client.post("/check_capture_liveness", content=blob, headers=OCTET)
+    assert r.status_code == 200, r.text
+    return r.json()
+
+
+def test_capture_burst_use_and_require(
+    models_settings: Settings,
+    tmp_path: Path,
+    still: np.ndarray,
+    live_burst: list[np.ndarray],
+    print_burst: list[np.ndarray],
+) -> None:
+    assert KEY.exists()
+    with _capture(models_settings, tmp_path / "use", "use") as c:
+        plain = decide(c, build_bundle(PUBLIC, None, camera_jpeg(still), environment=env()))
+        live = decide(c, build_bundle(PUBLIC, None, camera_jpeg(still), environment=env(), burst=live_burst))
+        assert last_record(c)["motion3d"] == "3d"
+        # camera_jpeg changes one pixel per call, so the two images differ by a hair.
+        assert live["face_liveness"]["probability"] == pytest.approx(
+            plain["face_liveness"]["probability"], abs=1e-3
+        )
+        assert live["capture_liveness"]["rejection"] == [] and live["capture_liveness"]["probability"] >= 0.5
+        flat = decide(c, build_bundle(PUBLIC, None, camera_jpeg(still), environment=env(), burst=print_burst))
+        assert last_record(c)["motion3d"] in {"cannot_judge", "flat"}
+        if last_record(c)["motion3d"] == "cannot_judge":  # "use": no verdict changes nothing
+            expected = plain["face_liveness"]["probability"]
+            assert flat["face_liveness"]["probability"] == pytest.approx(expected, abs=1e-3)
+    with _capture(models_settings, tmp_path / "require", "require") as c:
+        live = decide(c, build_bundle(PUBLIC, None, camera_jpeg(still), environment=env(), burst=live_burst))
+        assert live["capture_liveness"]["probability"] >= 0.5 and live["face_liveness"]["probability"] >= 0.5
+        for burst in (print_burst, None):
+            body = decide(c, build_bundle(PUBLIC, None, camera_jpeg(still), environment=env(), burst=burst))
+            # The face part fails, and with it the capture, under the reason a spoofed face has
+            # always had (UNTRUSTED_CONTENT: "the face liveness model calls it an attack").
+            assert body["face_liveness"]["probability"] < 1e-3
+            assert body["capture_liveness"]["probability"] < 0.5
+            assert body["capture_liveness"]["rejection"] == ["UNTRUSTED_CONTENT"]
+        assert last_record(c)["motion3d"] is None  # no burst: the check did not run
+
+
+def test_capture_burst_with_a_changed_frame_is_corrupted(
+    models_settings: Settings, tmp_path: Path, still: np.ndarray, live_burst: list[np.ndarray]
+) -> None:
+    """A public-key holder can seal anything, so the inner digests are the check: one byte changed in
+    one frame after the digests were taken is UNTRUSTED_CORRUPTED_PAYLOAD, and the frames go unused."""
+    ring = KeyRing.from_entries([str(KEY)])
+    honest = ring.decrypt(build_bundle(PUBLIC, None, camera_jpeg(still), environment=env(), burst=live_burst))
+    part = bytearray(B.encode_burst(honest.burst))
+    part[len(part) // 2] ^= 0x01  # inside the middle frame
+    meta = B.dump_meta(honest.meta)
+    payload = B.encode_payload(meta, honest.image, honest.photo, honest.external_data, bytes(part))
+    blob = B.seal(payload, PUBLIC, honest.key_id)
+    with _capture(models_settings, tmp_path, "use") as c:
+        body = decide(c, blob)
+        assert "UNTRUSTED_CORRUPTED_PAYLOAD" in body["capture_liveness"]["rejection"]
+        assert body["capture_liveness"]["probability"] < 0.5
+        assert last_record(c)["motion3d"] is None
