@@ -154,14 +154,15 @@ def face_frame(shared_dir: Path) -> np.ndarray:
     return frame
 
 
-def write_y4m(path: Path, frame: np.ndarray, frames: int = 3) -> None:
-    """Chromium's --use-file-for-fake-video-capture reads Y4M 4:2:0 (it loops the file)."""
-    h, w = frame.shape[:2]
-    i420 = cv2.cvtColor(frame, cv2.COLOR_BGR2YUV_I420).tobytes()
+def write_y4m(path: Path, frame: np.ndarray | list[np.ndarray], frames: int = 3, fps: int = 30) -> None:
+    """Chromium's --use-file-for-fake-video-capture reads Y4M 4:2:0 (it loops the file). ``frame``:
+    one picture repeated ``frames`` times, or a list of pictures of one size played in order."""
+    pictures = frame if isinstance(frame, list) else [frame] * frames
+    h, w = pictures[0].shape[:2]
     with path.open("wb") as f:
-        f.write(f"YUV4MPEG2 W{w} H{h} F30:1 Ip A1:1 C420jpeg\n".encode("ascii"))
-        for _ in range(frames):
-            f.write(b"FRAME\n" + i420)
+        f.write(f"YUV4MPEG2 W{w} H{h} F{fps}:1 Ip A1:1 C420jpeg\n".encode("ascii"))
+        for pic in pictures:
+            f.write(b"FRAME\n" + cv2.cvtColor(pic, cv2.COLOR_BGR2YUV_I420).tobytes())
 
 
 def free_port() -> int:
@@ -348,7 +349,7 @@ def test_sdk_routes_serve_the_exact_sdk_the_key_and_the_demo(
         manifest = c.get("/sdk/manifest.json").json()
         assert manifest["sha256"] == digest
         assert manifest["integrity"] == "sha256-" + base64.b64encode(hashlib.sha256(sdk).digest()).decode()
-        assert manifest["version"] == "1.0.0"
+        assert manifest["version"] == "1.1.0"
 
         key = c.get("/sdk/public_key").json()
         assert key == {"keyId": server_key[0], "publicKey": public_key_b64(server_key[1].read_bytes())}
@@ -377,7 +378,7 @@ def test_sdk_version_is_what_the_allow_list_reads() -> None:
 
     sdk = SDK_PATH.read_bytes()
     entry = build_allowlist(include_python=False).entries.get(hashlib.sha256(sdk).hexdigest())
-    assert entry is not None and entry.version == "1.0.0"
+    assert entry is not None and entry.version == "1.1.0"
 
 
 def test_vector2_decrypts_in_python() -> None:
@@ -447,12 +448,22 @@ def test_demo_capture_decrypts_extracts_and_flags_the_automated_fake_camera(
     assert max(photo.shape[:2]) == 320
     assert bundle.context["frames_seen"] >= 1 and bundle.context["frame_timing"]["count"] >= 1
     assert bundle.context["placement"]["status"] == "ready"
+    # The SDK asked for a head turn and recorded a burst; a still picture never turns, so it asked
+    # three times and sent the last burst, which the server cannot judge (docs/motion3d.md).
+    assert len(bundle.burst) == 12 and len(bundle.burst_t_ms) == 12
+    assert bundle.meta["burst"]["cue"] == "turn-left-then-back"
+    assert bundle.meta["burst"]["attempts"] == 3, bundle.meta["burst"]
+    assert bundle.meta["burst"]["turn_shift"] < 0.08, bundle.meta["burst"]
+    assert 1800 <= bundle.burst_t_ms[-1] <= 4000  # 12 frames, 200 ms apart (timers may run late)
+    first = cv2.imdecode(np.frombuffer(bundle.burst[0], np.uint8), cv2.IMREAD_COLOR)
+    assert first.shape == (360, 640, 3)  # 1280 x 720 scaled to 640 on the long side
+    assert len(blob) < 1_500_000
     # Chromium names a file-fed fake camera after the file; the SDK reports that as a sign.
     assert bundle.context["camera_label"] == str(video)
     assert bundle.environment["automation"]["camera_is_file"] is True
     assert bundle.sdk == {
         "name": "verilive-capture-js",
-        "version": "1.0.0",
+        "version": "1.1.0",
         "digest": hashlib.sha256(SDK_PATH.read_bytes()).hexdigest(),
     }
     env = bundle.environment
@@ -475,6 +486,7 @@ def test_demo_capture_decrypts_extracts_and_flags_the_automated_fake_camera(
     # The reasons stay on the server: a webdriver-driven browser with a fake camera is not trusted.
     rejection = last_rejection(server)
     assert "UNTRUSTED_ENVIRONMENT" in rejection
+    assert httpx.get(f"{server}/bi_records", timeout=60).json()[-1]["motion3d"] == "cannot_judge"
     # The SDK is the shipped one and its bundle is consistent: those detectors stay quiet.
     assert "SDK_INTEGRITY_VIOLATION" not in rejection
     assert "UNTRUSTED_CORRUPTED_PAYLOAD" not in rejection
@@ -583,3 +595,102 @@ def test_hidden_webdriver_is_still_an_untrusted_environment(
     assert response["status"] == 200, response
     assert "rejection" not in response["body"]["capture_liveness"]
     assert "UNTRUSTED_ENVIRONMENT" in last_rejection(server)
+
+
+# ------------------------------------------------------------------ the head-turn cue, end to end
+
+
+def centred(picture: np.ndarray, width: int = 960, height: int = 540) -> np.ndarray:
+    """A portrait clip frame scaled to the frame's height, centred on a plain grey background (no
+    skin colour outside the oval, as a plain wall behind a person)."""
+    h, w = picture.shape[:2]
+    fg = cv2.resize(picture, (round(w * height / h), height), interpolation=cv2.INTER_AREA)
+    out = np.full((height, width, 3), 118, np.uint8)
+    x = (width - fg.shape[1]) // 2
+    out[:, x : x + fg.shape[1]] = fg
+    return out
+
+
+def run_demo(driver: Any, server: str, shots: Path, name: str) -> tuple[bytes, dict[str, Any]]:
+    """Start the demo, screenshot the first cue the person sees, wait for the answer; returns the
+    bundle and the demo's response."""
+    from selenium.webdriver.common.by import By
+
+    driver.get(f"{server}/demo")
+    wait_state(driver, {"idle"})
+    driver.find_element(By.ID, "start").click()
+    deadline = time.monotonic() + 120
+    shot = False
+    while driver.execute_script("return window.veriliveDemo.state") not in {"done", "error"}:
+        cue = driver.execute_script("return document.querySelector('.vlc-wrap')?.dataset.cue")
+        if cue and not shot:
+            driver.save_screenshot(str(shots / f"{name}-{cue}.png"))
+            shot = True
+        assert time.monotonic() < deadline, "the demo did not finish"
+        time.sleep(0.1)
+    assert shot, "the page never showed the turn cue"
+    wait_state(driver, {"done"})
+    driver.save_screenshot(str(shots / f"{name}-done.png"))
+    blob = base64.b64decode(
+        run_js(driver, "return sdk.bytesToB64(await window.veriliveDemo.bundle.arrayBuffer());")
+    )
+    return blob, driver.execute_script("return window.veriliveDemo.response")
+
+
+@pytest.fixture
+def shots(tmp_path: Path) -> Path:
+    """Where the screenshots go: VERILIVE_SCREENSHOT_DIR when set (to look at them), else tmp."""
+    where = os.environ.get("VERILIVE_SCREENSHOT_DIR")
+    path = Path(where) if where else tmp_path
+    path.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def test_a_person_following_the_cue_gives_a_judged_3d_burst(
+    server: str, server_key: tuple[str, Path], shared_dir: Path, tmp_path: Path, shots: Path
+) -> None:
+    """The fake camera plays a real head-turn clip (turning from 3.4 s to 12 s of the clip, forwards
+    then backwards so the loop has no cut), at 5 frames per second."""
+    from tests.motion_data import clip_frames
+
+    pytest.importorskip("selenium")
+    ensure_chromium()
+    frames = [centred(f) for f in clip_frames(shared_dir, 3.4, 12.0, 5.0)]
+    video = tmp_path / "turn.y4m"
+    write_y4m(video, frames + frames[::-1], fps=5)
+    drv = make_driver(video)
+    try:
+        blob, response = run_demo(drv, server, shots, "turn")
+    finally:
+        drv.quit()
+    bundle = KeyRing.from_pem({server_key[0]: server_key[1].read_bytes()}).decrypt(blob)
+    assert bundle.integrity_problems == () and len(bundle.burst) == 12
+    info = bundle.meta["burst"]
+    assert 1 <= info["attempts"] <= 3
+    assert response["status"] == 200, response
+    record = httpx.get(f"{server}/bi_records", timeout=60).json()[-1]
+    # Judged, not "cannot judge": the turn the page asked for is enough for the server's check.
+    assert record["motion3d"] == "3d", (record, info)
+    # The automation flags still make the capture UNTRUSTED_ENVIRONMENT; the face part is not flat.
+    assert "UNTRUSTED_ENVIRONMENT" in (record["rejection"] or "")
+
+
+def test_a_hand_held_print_is_not_judged_3d_in_the_browser(
+    server: str, models_settings: Settings, shared_dir: Path, tmp_path: Path, shots: Path
+) -> None:
+    """The fake camera plays a real printed photo tilted in the hand (a simulated plane motion)."""
+    from tests.motion_data import print_burst
+
+    pytest.importorskip("selenium")
+    ensure_chromium()
+    frames = print_burst(shared_dir, models_settings, frames=10)
+    video = tmp_path / "print.y4m"
+    write_y4m(video, frames + frames[::-1], fps=5)
+    drv = make_driver(video)
+    try:
+        _, response = run_demo(drv, server, shots, "print")
+    finally:
+        drv.quit()
+    assert response["status"] == 200, response
+    record = httpx.get(f"{server}/bi_records", timeout=60).json()[-1]
+    assert record["motion3d"] in {"cannot_judge", "flat"}, record

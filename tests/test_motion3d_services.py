@@ -4,7 +4,6 @@ clip; a print burst is a real printed photo moved as a plane (simulated, common/
 
 from __future__ import annotations
 
-import csv
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -12,9 +11,10 @@ from typing import Any
 import cv2
 import numpy as np
 import pytest
-from common.flat_motion_sim import flat_burst
 from fastapi.testclient import TestClient
 
+from tests.motion_data import clip_frames, jpeg
+from tests.motion_data import print_burst as make_print_burst
 from tests.test_capture_api import KEY, PUBLIC, camera_jpeg, env, settings_for
 from verilive.capture import bundle as B
 from verilive.capture.bundle import KeyRing
@@ -22,62 +22,26 @@ from verilive.capture.client import build_bundle
 from verilive.config import Settings
 from verilive.face.burst import BurstCheck
 from verilive.face.deps import face_engine
-from verilive.face.detector import FaceDetector
-from verilive.face.engine import FLAT_SCORE, FaceEngine
+from verilive.face.engine import FLAT_SCORE
 from verilive.face.image import decode_image
 from verilive.face.motion3d import Motion3D, Verdict
-from verilive.models.sessions import ModelRegistry
 from verilive.server.app import create_service_app
 
 pytestmark = pytest.mark.slow
 
-TURN_CLIP = "data/face/video_motion/antispoof_tranvanluyt/real.mp4"
 PAD = "data/face/pad_silentface"
-FENI = "data/face/pad_feni_sfas"
 OCTET = {"content-type": "application/octet-stream"}
-
-
-def _jpeg(bgr: np.ndarray) -> bytes:
-    ok, buf = cv2.imencode(".jpg", bgr, [cv2.IMWRITE_JPEG_QUALITY, 90])
-    assert ok
-    return buf.tobytes()
 
 
 @pytest.fixture(scope="module")
 def live_burst(shared_dir: Path) -> list[np.ndarray]:
     """10 frames at 5 fps over the clip's first deliberate head turn (from 0.6 s)."""
-    cap = cv2.VideoCapture(str(shared_dir / TURN_CLIP))
-    frames = []
-    while True:
-        ok, f = cap.read()
-        if not ok:
-            break
-        frames.append(f)
-    return frames[18:78:6]
+    return clip_frames(shared_dir, 0.6, 2.6, 5.0)
 
 
 @pytest.fixture(scope="module")
 def print_burst(shared_dir: Path, models_settings: Settings) -> list[np.ndarray]:
-    """A real printed photo held in the hand and tilted by 10-30 degrees (simulated motion): the
-    first print whose frames pass the face validation (many prints are FACE_IS_OCCLUDED)."""
-    with open(shared_dir / FENI / "labels.csv") as fh:
-        rows = [r for r in csv.DictReader(fh) if r["attack_type"].startswith("print")]
-    registry = ModelRegistry(models_settings)
-    det = FaceDetector.from_registry(registry)
-    engine = FaceEngine.from_registry(registry, models_settings.model_copy(update={"face_motion3d": False}))
-    try:
-        for i, row in enumerate(rows[:40]):
-            img = cv2.imread(str(shared_dir / FENI / row["file"]))
-            faces = det.detect(img) if img is not None else []
-            if not faces or faces[0].width < 80:
-                continue
-            rng = np.random.default_rng(i)
-            frames = flat_burst(img, faces[0].box, rng, shape="flat", motion="hand_tilt", frames=10).frames
-            if sum(r.ok for r in engine.check_images([_jpeg(f) for f in frames])) >= 5:
-                return frames
-    finally:
-        engine.close()
-    pytest.fail("no usable print photo")
+    return make_print_burst(shared_dir, models_settings)
 
 
 @pytest.fixture(scope="module")
@@ -112,7 +76,7 @@ def last_record(client: TestClient) -> dict[str, Any]:
 
 
 def test_live_series_is_judged_3d_and_keeps_its_score(face: TestClient, live_burst: list[np.ndarray]) -> None:
-    frames = [_jpeg(f) for f in live_burst]
+    frames = [jpeg(f) for f in live_burst]
     body = series(face, frames)
     assert set(body) == {"probability", "quality", "score"}
     rec = last_record(face)
@@ -122,7 +86,7 @@ def test_live_series_is_judged_3d_and_keeps_its_score(face: TestClient, live_bur
 
 
 def test_print_series_is_not_judged_3d(face: TestClient, print_burst: list[np.ndarray]) -> None:
-    frames = [_jpeg(f) for f in print_burst]
+    frames = [jpeg(f) for f in print_burst]
     body = series(face, frames)
     rec = last_record(face)
     # The mesh reads a tilted print as little turn: "cannot judge" (or flat), never 3D.
@@ -145,7 +109,7 @@ def test_identical_frames_cannot_be_judged_and_change_nothing(face: TestClient, 
 def test_bursts_that_are_not_one_face_are_skipped_not_errors(
     face: TestClient, live_burst: list[np.ndarray], shared_dir: Path
 ) -> None:
-    frames = [_jpeg(f) for f in live_burst[:4]]
+    frames = [jpeg(f) for f in live_burst[:4]]
     other = (shared_dir / PAD / "image_T1.jpg").read_bytes()  # another person, another size
     for parts in (frames[:2], [*frames[:3], other], [frames[0], other, frames[1]]):
         body = series(face, parts)
@@ -155,7 +119,7 @@ def test_bursts_that_are_not_one_face_are_skipped_not_errors(
     body = series(face, [*frames, b"", b"\xff\xd8garbage"])
     assert "score" in body
     # Different sizes of the same clip: skipped.
-    small = [_jpeg(cv2.resize(f, None, fx=0.5, fy=0.5)) for f in live_burst[4:7]]
+    small = [jpeg(cv2.resize(f, None, fx=0.5, fy=0.5)) for f in live_burst[4:7]]
     series(face, frames + small)
     assert last_record(face)["motion3d"] is None
 
@@ -172,7 +136,7 @@ def test_a_flat_verdict_makes_the_series_a_spoof(face: TestClient, live_burst: l
     saved = engine.burst
     engine.burst = Flat()  # type: ignore[assignment]
     try:
-        body = series(face, [_jpeg(f) for f in live_burst[:5]])
+        body = series(face, [jpeg(f) for f in live_burst[:5]])
     finally:
         engine.burst = saved
     assert body["score"] == FLAT_SCORE and body["probability"] < 1e-4

@@ -10,8 +10,12 @@
 //   await cap.start(document.getElementById("camera"));
 //   const { photo, encryptedFile } = await cap.capture();   // two Blobs
 //
+// By default capture() first asks the person to turn the head a little to the left and back, and
+// records a burst of small frames meanwhile: the server checks from them that the face is a 3D head,
+// not a printed photo or a flat mask (docs/motion3d.md). capture({ burst: false }) skips it.
+//
 // The server's SDK allow-list reads the VERSION line below; keep it the first VERSION in the file.
-export const VERSION = "1.0.0";
+export const VERSION = "1.1.0";
 export const SDK_NAME = "verilive-capture-js";
 export const FORMAT_VERSION = 1;
 
@@ -20,6 +24,8 @@ const HKDF_INFO = "verilive-capture-bundle/1";
 const IV_BYTES = 12;
 const POINT_BYTES = 65; // uncompressed P-256 point
 const TAG_BYTES = 16;
+const BURST_MAX_FRAMES = 32;
+export const TURN_CUE = "turn-left-then-back";
 
 // ------------------------------------------------------------------ bytes helpers
 
@@ -252,10 +258,20 @@ function encodeHeader(keyId, point, iv) {
   return concat([new Uint8Array(MAGIC), new Uint8Array([FORMAT_VERSION, kid.length]), kid, point, iv]);
 }
 
-// Four length-prefixed parts: meta JSON, image, photo, external data (docs/bundle-format.md).
-export function encodePayload(metaBytes, image, photo, externalBytes) {
-  return concat([u32(metaBytes.length), metaBytes, u32(image.length), image, u32(photo.length), photo,
-    u32(externalBytes.length), externalBytes]);
+// Four length-prefixed parts: meta JSON, image, photo, external data, and the burst part as a fifth
+// when there is one (docs/bundle-format.md).
+export function encodePayload(metaBytes, image, photo, externalBytes, burst = null) {
+  const parts = [u32(metaBytes.length), metaBytes, u32(image.length), image, u32(photo.length), photo,
+    u32(externalBytes.length), externalBytes];
+  if (burst) parts.push(u32(burst.length), burst);
+  return concat(parts);
+}
+
+// The burst part: each frame's JPEG bytes, length-prefixed, oldest first.
+export function encodeBurst(frames) {
+  const parts = [];
+  for (const f of frames) parts.push(u32(f.length), f);
+  return concat(parts);
 }
 
 // Encrypt an encoded payload to the server key. ephemeralPkcs8B64 and iv are for test vectors only:
@@ -289,6 +305,9 @@ export async function buildBundle({
   timestampMs = null,
   ephemeralPkcs8B64 = null,
   iv = null,
+  burst = null, // frames: JPEG bytes, Blobs or base64, oldest first (3 to 32)
+  burstTMs = null, // each frame's time in ms after the first
+  burstInfo = {}, // more members of meta.burst (cue, attempts, turn_shift)
 }) {
   if (!publicKeyB64 || !keyId) throw new Error("call setEncryptionKey(publicKey, keyId) first");
   const img = await toBytes(image);
@@ -304,7 +323,18 @@ export async function buildBundle({
     digests: { image: dImg, photo: dPho, external: dExt },
     sizes: { image: img.length, photo: pho.length, external: ext.length },
   };
-  const payload = encodePayload(utf8.encode(JSON.stringify(meta)), img, pho, ext);
+  let burstPart = null;
+  if (burst) {
+    if (burst.length < 3 || burst.length > BURST_MAX_FRAMES) throw new Error(`a burst has 3 to ${BURST_MAX_FRAMES} frames`);
+    const frames = await Promise.all(burst.map(toBytes));
+    const tMs = burstTMs ?? frames.map((_, i) => 200 * i);
+    if (tMs.length !== frames.length) throw new Error("burstTMs needs one time per burst frame");
+    burstPart = encodeBurst(frames);
+    meta.digests.burst = await sha256Hex(burstPart);
+    meta.sizes.burst = burstPart.length;
+    meta.burst = { cue: TURN_CUE, ...burstInfo, t_ms: tMs.map((t) => Math.round(t)) };
+  }
+  const payload = encodePayload(utf8.encode(JSON.stringify(meta)), img, pho, ext, burstPart);
   return sealPayload(payload, { publicKeyB64, keyId, ephemeralPkcs8B64, iv });
 }
 
@@ -474,6 +504,93 @@ function detectorPlacement(faces, w, h) {
   return { status, faces: 1, offset_x: r(offX), offset_y: r(offY), size: r(size) };
 }
 
+// ------------------------------------------------------------------ the turn, seen on the device
+
+const TURN_SAMPLE_H = 96; // the turn check's small copy of each burst frame
+
+// A small luma copy of a frame and the centroid x of its skin-coloured pixels inside the oval.
+function turnSample(pixels, w, h) {
+  const cx = w / 2;
+  const cy = GUIDE.cy * h;
+  const ry = GUIDE.ry * h;
+  const rx = ry * GUIDE.rxOverRy;
+  const luma = new Float32Array(w * h);
+  let n = 0;
+  let sx = 0;
+  let sy = 0;
+  for (let y = 0; y < h; y++) {
+    for (let x = 0; x < w; x++) {
+      const i = 4 * (y * w + x);
+      const r = pixels[i];
+      const g = pixels[i + 1];
+      const b = pixels[i + 2];
+      luma[y * w + x] = 0.299 * r + 0.587 * g + 0.114 * b;
+      const dx = (x + 0.5 - cx) / rx;
+      const dy = (y + 0.5 - cy) / ry;
+      if (dx * dx + dy * dy <= 1 && isSkin(r, g, b)) {
+        n += 1;
+        sx += x + 0.5;
+        sy += y + 0.5;
+      }
+    }
+  }
+  return { luma, w, h, rx, ry, skinX: n ? sx / n : cx, skinY: n ? sy / n : cy };
+}
+
+// How far the head turned, roughly, without landmarks: when a head turns, the middle of the face
+// (nose, eyes) moves sideways against the skin region's centroid, while a sideways slide moves both
+// and a still head neither. For each frame, the best match of the first frame's central patch
+// (mean-removed luma, sum of absolute differences) gives its shift; minus the centroid's shift,
+// over the oval's width. Returns the second largest |value| (one bad frame cannot decide).
+// On the development clips: still heads 0.01-0.02, head turns 0.15-0.26 (median of 10-frame
+// windows at 5 fps), a hand-tilted flat print 0.02 (docs/motion3d.md). The server decides.
+export function turnShift(samples) {
+  if (samples.length < 3) return 0;
+  const s0 = samples[0];
+  const { w, h, rx, ry } = s0;
+  const hw = Math.max(2, Math.floor(0.3 * rx));
+  const hh = Math.max(2, Math.floor(0.3 * ry));
+  const x0 = Math.round(s0.skinX) - hw;
+  const y0 = Math.round(s0.skinY) - hh;
+  if (x0 < 0 || y0 < 0 || x0 + 2 * hw > w || y0 + 2 * hh > h) return 0;
+  const pw = 2 * hw;
+  const ph = 2 * hh;
+  const patch = new Float32Array(pw * ph);
+  let mean = 0;
+  for (let y = 0; y < ph; y++) for (let x = 0; x < pw; x++) mean += (patch[y * pw + x] = s0.luma[(y0 + y) * w + x0 + x]);
+  mean /= patch.length;
+  for (let i = 0; i < patch.length; i++) patch[i] -= mean;
+  const rangeX = Math.floor(0.6 * rx);
+  const rangeY = Math.floor(0.2 * ry);
+  const values = [];
+  for (let k = 1; k < samples.length; k++) {
+    const L = samples[k].luma;
+    let best = Infinity;
+    let bestDx = 0;
+    for (let dy = -rangeY; dy <= rangeY; dy++) {
+      for (let dx = -rangeX; dx <= rangeX; dx++) {
+        const xa = x0 + dx;
+        const ya = y0 + dy;
+        if (xa < 0 || ya < 0 || xa + pw > w || ya + ph > h) continue;
+        let m = 0;
+        for (let y = 0; y < ph; y++) for (let x = 0; x < pw; x++) m += L[(ya + y) * w + xa + x];
+        m /= patch.length;
+        let sad = 0;
+        for (let y = 0; y < ph; y++) for (let x = 0; x < pw; x++) sad += Math.abs(L[(ya + y) * w + xa + x] - m - patch[y * pw + x]);
+        if (sad < best) {
+          best = sad;
+          bestDx = dx;
+        }
+      }
+    }
+    values.push(Math.abs(bestDx - (samples[k].skinX - s0.skinX)) / (2 * rx));
+  }
+  values.sort((a, b) => b - a);
+  return values.length > 3 ? values[1] : values[0];
+}
+
+const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
+
 // ------------------------------------------------------------------ preview
 
 const PREVIEW_CSS = `
@@ -482,6 +599,12 @@ const PREVIEW_CSS = `
 .vlc-wrap svg{position:absolute;inset:0;width:100%;height:100%;pointer-events:none}
 .vlc-guide{fill:none;stroke:#fff;stroke-width:0.6;stroke-dasharray:2 1.5;transition:stroke .2s}
 .vlc-wrap[data-status=ready] .vlc-guide{stroke:#3ddc84;stroke-dasharray:none}
+.vlc-cue{position:absolute;left:50%;top:8%;transform:translateX(-50%);display:none;font:700 2.4rem/1 system-ui,sans-serif;color:#fff;text-shadow:0 0 6px #000}
+.vlc-wrap[data-cue] .vlc-cue{display:block}
+.vlc-wrap[data-cue] .vlc-guide{stroke:#ffd54a;stroke-dasharray:none}
+.vlc-wrap[data-cue=turn-left] .vlc-cue,.vlc-wrap[data-cue=turn-again] .vlc-cue{animation:vlc-left 1.2s ease-in-out infinite alternate}
+@keyframes vlc-left{from{transform:translateX(-50%)}to{transform:translateX(-180%)}}
+@media (prefers-reduced-motion:reduce){.vlc-wrap[data-cue] .vlc-cue{animation:none}}
 `;
 
 function buildPreview(container) {
@@ -507,9 +630,14 @@ function buildPreview(container) {
     '<ellipse class="vlc-hole" cx="50" fill="#000"/></mask></defs>' +
     '<rect width="100" height="100" fill="rgba(0,0,0,0.45)" mask="url(#vlc-hole)"/>' +
     '<ellipse class="vlc-guide" cx="50"/>';
-  wrap.append(video, svg);
+  // The turn cue: an arrow to the person's left (the preview is mirrored, so it is the screen's left).
+  const cue = document.createElement("div");
+  cue.className = "vlc-cue";
+  cue.setAttribute("aria-hidden", "true");
+  cue.textContent = "\u2190";
+  wrap.append(video, svg, cue);
   container.replaceChildren(wrap);
-  return { wrap, video, svg };
+  return { wrap, video, svg, cue };
 }
 
 function placeGuide(svg, videoW, videoH, boxW, boxH) {
@@ -538,6 +666,13 @@ const DEFAULTS = {
   photoQuality: 0.85,
   checkIntervalMs: 120,
   useFaceDetector: true, // the Shape Detection API where the browser has it
+  burst: true, // ask for a small head turn and record a burst of frames for the server's 3D check
+  burstFrames: 12, // 12 frames at 5 per second: 2.4 s, about 0.4 MB at 640 px
+  burstIntervalMs: 200,
+  burstMaxSide: 640,
+  burstQuality: 0.8,
+  turnAttempts: 3, // how many times to ask before sending the best burst anyway (the server decides)
+  minTurnShift: 0.08, // turnShift() at or over this counts as a turn seen on the device
   onStatus: null, // (status, details) => void, on every change of status
   onReady: null, // () => void, when the face is first well placed
 };
@@ -566,6 +701,7 @@ export class VeriliveCapture {
     this.readyWaiters = [];
     this.sampleCanvas = null;
     this.lastVideoTime = -1;
+    this.cue = null; // while the person follows a cue, placement changes are not announced
   }
 
   setEncryptionKey(publicKeyB64, keyId) {
@@ -726,10 +862,15 @@ export class VeriliveCapture {
     this.setStatus(status, this.placement);
   }
 
-  setStatus(status, details) {
+  setStatus(status, details, { fromCue = false } = {}) {
+    if (this.cue && !fromCue) return; // the cue speaks; the placement check keeps its own record
     const changed = status !== this.status;
     this.status = status;
-    if (this.preview) this.preview.wrap.dataset.status = status;
+    if (this.preview) {
+      this.preview.wrap.dataset.status = status;
+      if (this.cue) this.preview.wrap.dataset.cue = this.cue;
+      else delete this.preview.wrap.dataset.cue;
+    }
     if (status === "ready") {
       const waiters = this.readyWaiters;
       this.readyWaiters = [];
@@ -766,10 +907,23 @@ export class VeriliveCapture {
   // Capture the current frame and seal it. waitForFace: wait for a well-placed face first (the
   // default); false captures at once (a "take photo" button), and the placement check's last
   // verdict goes into the context either way.
-  async capture({ waitForFace = true, timeoutMs = 20000 } = {}) {
+  //
+  // burst: first ask for a small head turn (status "turn-left", then "turn-back"; "turn-again" when
+  // the turn was not seen, up to turnAttempts times) and record the frames for the server's 3D check.
+  async capture({ waitForFace = true, timeoutMs = 20000, burst = this.options.burst } = {}) {
     if (!this.running) throw new Error("call start() first");
     if (!this.publicKeyB64 || !this.keyId) throw new Error("call setEncryptionKey(publicKey, keyId) first");
     if (waitForFace) await this.whenReady(timeoutMs);
+    let recorded = null;
+    if (burst) {
+      recorded = await this.recordTurn();
+      if (waitForFace) {
+        // Back to the oval, looking at the camera, for the still image.
+        this.goodChecks = 0;
+        this.setStatus("hold-still", this.placement);
+        await this.whenReady(timeoutMs);
+      }
+    }
     const v = this.video;
     const width = v.videoWidth;
     const height = v.videoHeight;
@@ -800,11 +954,76 @@ export class VeriliveCapture {
       context,
       environment,
       timestampMs,
+      burst: recorded ? recorded.frames : null,
+      burstTMs: recorded ? recorded.tMs : null,
+      burstInfo: recorded ? { attempts: recorded.attempts, turn_shift: Math.round(recorded.shift * 1000) / 1000 } : {},
     });
     return {
       photo,
       encryptedFile: new Blob([bundle], { type: "application/octet-stream" }),
     };
+  }
+
+  setCue(cue) {
+    this.cue = cue;
+    if (cue) this.setStatus(cue, { cue }, { fromCue: true });
+    else if (this.preview) delete this.preview.wrap.dataset.cue;
+  }
+
+  // Ask for the turn and record bursts until the turn is seen on the device or the attempts run
+  // out; returns the burst with the largest turn {frames, tMs, shift} and how many were recorded.
+  async recordTurn() {
+    const o = this.options;
+    let best = null;
+    let attempts = 0;
+    try {
+      while (attempts < Math.max(1, o.turnAttempts)) {
+        attempts += 1;
+        this.setCue(attempts === 1 ? "turn-left" : "turn-again");
+        await sleep(attempts === 1 ? 500 : 1200); // time to read the cue
+        const rec = await this.recordFrames(o.burstFrames, o.burstIntervalMs);
+        rec.shift = turnShift(rec.samples);
+        delete rec.samples;
+        if (!best || rec.shift > best.shift) best = rec;
+        if (rec.shift >= o.minTurnShift) break;
+      }
+    } finally {
+      this.setCue(null);
+    }
+    return { ...best, attempts };
+  }
+
+  // n frames, one every intervalMs: JPEGs at most burstMaxSide, and small copies for turnShift().
+  async recordFrames(n, intervalMs) {
+    const o = this.options;
+    const v = this.video;
+    const scale = Math.min(1, o.burstMaxSide / Math.max(v.videoWidth, v.videoHeight));
+    const canvas = document.createElement("canvas");
+    canvas.width = Math.max(1, Math.round(v.videoWidth * scale));
+    canvas.height = Math.max(1, Math.round(v.videoHeight * scale));
+    const ctx = canvas.getContext("2d");
+    const small = document.createElement("canvas");
+    small.height = TURN_SAMPLE_H;
+    small.width = Math.max(1, Math.round((v.videoWidth / v.videoHeight) * TURN_SAMPLE_H));
+    const sctx = small.getContext("2d", { willReadFrequently: true });
+    const frames = [];
+    const tMs = [];
+    const samples = [];
+    const t0 = performance.now();
+    for (let i = 0; i < n; i++) {
+      const due = t0 + i * intervalMs;
+      const wait = due - performance.now();
+      if (wait > 0) await sleep(wait);
+      if (i === Math.floor(n / 2) && this.cue && this.cue !== "turn-back") this.setCue("turn-back");
+      tMs.push(Math.max(0, Math.round(performance.now() - t0)));
+      ctx.drawImage(v, 0, 0, canvas.width, canvas.height);
+      sctx.drawImage(v, 0, 0, small.width, small.height);
+      samples.push(turnSample(sctx.getImageData(0, 0, small.width, small.height).data, small.width, small.height));
+      frames.push(canvasJpeg(canvas, o.burstQuality)); // encoded while the next frame waits
+    }
+    // Times must not decrease and start at 0 (the format's rule).
+    const first = tMs[0];
+    return { frames: await Promise.all(frames), tMs: tMs.map((t) => t - first), samples };
   }
 
   context(width, height, timestampMs) {
