@@ -1,0 +1,91 @@
+"""Time of the 3D check from motion on one burst, in process (no HTTP), and a burst bundle's size.
+
+    python -m bench.motion3d [--repeats 50] [--frames 10]
+
+The burst is ``--frames`` frames at 5 fps over a real head turn (shared/data/face/video_motion,
+antispoof_tranvanluyt/real.mp4 from 3.4 s), encoded as the capture libraries send them (JPEG quality
+80, 368x656 here). Prints the median and p95 of ``BurstChecker.check_encoded`` (decode, detection on
+the first frame, two mesh runs per frame, the geometry) and of its parts, and the size of a Python
+client bundle with a 1280x720 image and a 12-frame 640x480 burst.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+
+import cv2
+import numpy as np
+
+from bench._common import SHARED, summary
+from verilive.capture import bundle as B
+from verilive.capture.client import build_bundle, burst_frames
+from verilive.face.burst import BurstChecker
+from verilive.face.detector import FaceDetector
+from verilive.face.mesh import FaceMesh
+from verilive.face.motion3d import judge
+from verilive.models.sessions import ModelRegistry
+
+CLIP = SHARED / "data" / "face" / "video_motion" / "antispoof_tranvanluyt" / "real.mp4"
+
+
+def clip(start_s: float, n: int, fps: float = 5.0) -> list[np.ndarray]:
+    cap = cv2.VideoCapture(str(CLIP))
+    src = cap.get(cv2.CAP_PROP_FPS) or 30.0
+    frames = []
+    while True:
+        ok, f = cap.read()
+        if not ok:
+            break
+        frames.append(f)
+    return [frames[round((start_s + i / fps) * src)] for i in range(n)]
+
+
+def timed(fn, repeats: int) -> list[float]:  # type: ignore[no-untyped-def]
+    fn()
+    out = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        fn()
+        out.append((time.perf_counter() - t0) * 1000)
+    return out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--repeats", type=int, default=50)
+    ap.add_argument("--frames", type=int, default=10)
+    args = ap.parse_args()
+    reg = ModelRegistry()
+    checker = BurstChecker(FaceDetector.from_registry(reg), FaceMesh.from_registry(reg))
+    frames = clip(3.4, args.frames)
+    encoded = burst_frames(frames)
+    result = checker.check_encoded(encoded)
+    assert result.result is not None, result.skipped
+    print(f"burst: {len(encoded)} frames {frames[0].shape[1]}x{frames[0].shape[0]}, "
+          f"{sum(map(len, encoded)) / 1024:.0f} KiB; verdict {result.verdict.value}")  # fmt: skip
+    print("check_encoded (all), ms:", summary(timed(lambda: checker.check_encoded(encoded), args.repeats)))
+
+    def decode_all() -> list[np.ndarray]:
+        return [cv2.imdecode(np.frombuffer(e, np.uint8), cv2.IMREAD_COLOR) for e in encoded]
+
+    decoded = decode_all()
+    print("  decode only, ms:", summary(timed(decode_all, args.repeats)))
+    print("  detection + mesh track, ms:", summary(timed(lambda: checker.meshes(decoded), args.repeats)))
+    meshes = checker.meshes(decoded)
+    pts = np.stack([m.points for m in meshes if m is not None])
+    h, w = decoded[0].shape[:2]
+    print("  geometry (judge), ms:", summary(timed(lambda: judge(pts, w, h), args.repeats)))
+
+    key_id, _, pub = B.generate_key()
+    still = cv2.resize(frames[0], (1280, 720))
+    ok, jpg = cv2.imencode(".jpg", still, [cv2.IMWRITE_JPEG_QUALITY, 92])
+    assert ok
+    burst = [cv2.resize(f, (640, 480)) for f in clip(3.4, 12)]
+    size = len(build_bundle(pub, key_id, jpg.tobytes(), burst=burst))
+    plain = len(build_bundle(pub, key_id, jpg.tobytes()))
+    print(f"bundle: {size / 1e6:.2f} MB with a 12-frame 640x480 burst, {plain / 1e6:.2f} MB without")
+
+
+if __name__ == "__main__":
+    main()
