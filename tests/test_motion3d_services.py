@@ -118,6 +118,9 @@ def test_bursts_that_are_not_one_face_are_skipped_not_errors(
     # Undecodable and empty frames are skipped by the series as before; the rest still counts.
     body = series(face, [*frames, b"", b"\xff\xd8garbage"])
     assert "score" in body
+    # A long series (more frames than MAX_FRAMES) is subsampled, not refused.
+    body = series(face, frames * 10)
+    assert "score" in body
     # Different sizes of the same clip: skipped.
     small = [jpeg(cv2.resize(f, None, fx=0.5, fy=0.5)) for f in live_burst[4:7]]
     series(face, frames + small)
