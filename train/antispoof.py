@@ -62,7 +62,14 @@ from typing import Any
 import numpy as np
 import soundfile as sf
 
-from train.antispoof_data import DEFAULT_CACHE, REAL_SOURCES, Clip, for_training, read_manifest
+from train.antispoof_data import (
+    DEFAULT_CACHE,
+    NEW_FAMILIES,
+    REAL_SOURCES,
+    Clip,
+    for_training,
+    read_manifest,
+)
 from verilive.voice.antispoof import CLASSES, FCM_SECONDS, MODEL_FILE, SR, FrontEnd, as_pcm16, features
 from verilive.voice.campplus import FCM_CHANNELS
 from verilive.voice.utterance_cues import FEATURE_NAMES, utterance_features
@@ -1053,7 +1060,8 @@ def run_lcnn(
             check_export(model, d, te[:20])
     if loso:
         origin = np.array([origin_of(c) for c in d.clips])
-        raw = np.array([not c.id.startswith("codec-") for c in d.clips])
+        # The source's own clips as published (see loso_scores).
+        raw = np.array([not c.id.startswith("codec-") and c.generator not in NEW_FAMILIES for c in d.clips])
         aux_bona = (origin == "") & raw & (d.lab == "bonafide") & (d.part == "test")
         dv = variant_data(cache, d, np.flatnonzero(((origin != "") & raw) | aux_bona))
         channel_table(d, dv, te, ood, lt, lo, scorer, out)
@@ -1299,7 +1307,9 @@ def run_loso(
     sources' validation clips; the source's clips as published, and their variants, are scored."""
     origin = np.array([origin_of(c) for c in d.clips])
     v_origin = np.array([origin_of(c) for c in dv.clips])
-    raw = np.array([not c.id.startswith("codec-") for c in d.clips])
+    # Scored as the source's own clips: as published, not codec copies and not the new families'
+    # resynthesis of its bona fide (those are measured by leave-one-generator-out).
+    raw = np.array([not c.id.startswith("codec-") and c.generator not in NEW_FAMILIES for c in d.clips])
     lcfg = TrainConfig(epochs=LOSO_EPOCHS)
     lfcm = replace(FCM_CFG, epochs=LOSO_FCM_EPOCHS)
     pool = np.concatenate([tr, te])

@@ -84,6 +84,15 @@ N_LPC = 240
 # the leave-one-generator-out errors between generators without lowering the mean, so it was not
 # adopted (docs/antispoof.md, "What we tried").
 EVAL_ONLY = frozenset({"lpc-vocoder"})
+# Families added for issue 29 (train/spoof_families.py): neural and source-filter resynthesis of the
+# trainable pool and of every real source's bona fide (a matched spoof of the same speaker and
+# sentence), and flite TTS. Each is one generator, so leave-one-generator-out leaves the family out.
+N_LYRA = 300
+N_HIFIGAN = 160
+N_MLSA = 240
+N_FLITE_PER_VOICE = 60
+RESYNTH_FAMILIES = ("lyra", "hifigan-lj", "mlsa")
+NEW_FAMILIES = (*RESYNTH_FAMILIES, "flite")
 N_FAR_FIELD = 160  # sources recorded again far from the microphone: as bona fide, and Griffin-Lim of it
 N_REPLAY_PER_CONDITION = 180
 N_ASTERISK_PER_VOICE = 60
@@ -604,6 +613,74 @@ def gen_nii() -> list[Spoof]:
     return out
 
 
+def real_bonafide() -> list[Raw]:
+    """The bona fide clips of the :data:`REAL_SOURCES` folders, as sources for resynthesis. A spoof
+    made from one keeps the folder as its source, so that folder's leave-one-source-out fold never
+    trains on its speakers in any form (``train.antispoof.origin_of``)."""
+    out = []
+    for folder in REAL_SOURCES:
+        root = SHARED_VOICE / folder
+        with open(root / "labels.csv") as f:
+            for row in csv.DictReader(f):
+                if row["label"] != "bonafide":
+                    continue
+                x = load(root / row["file"])[: int(REAL_MAX_SECONDS * SR)]
+                if x.size < SR:
+                    continue
+                cid = f"{folder}-{slug(Path(row['file']).with_suffix('').as_posix())}"
+                out.append(Raw(cid, x, group_key(folder, row), folder, row["license"], 1))
+    return out
+
+
+def gen_resynth(pool: list[Raw], family: str) -> list[Spoof]:
+    """Copy-synthesis of each clip of ``pool`` by one of :data:`RESYNTH_FAMILIES` (label ``vc``)."""
+    from train import spoof_families as fam
+
+    out = []
+    for r in pool:
+        rng = rng_for(f"{family}/{r.id}")
+        x = trim(r.wave)[: int(5.0 * SR)]
+        if family == "lyra":
+            kbps = float(rng.choice(fam.LYRA_KBPS))
+            y, how = fam.lyra(x, kbps), f"Lyra v2 at {kbps} kbit/s"
+        elif family == "hifigan-lj":
+            y, how = fam.hifigan_lj(x), "HiFi-GAN V3 (LJ Speech) copy-synthesis"
+        else:
+            ratio = 1.0 if rng.uniform() < 0.5 else float(rng.uniform(0.8, 1.25))
+            y, how = fam.mlsa(x, rng, ratio), f"MLSA copy-synthesis, f0 x{ratio:.2f}"
+        source = r.source if r.source in REAL_SOURCES else f"{how} of {r.source}"
+        out.append(Spoof(f"{family}-{r.id}", y, "vc", family, r.speaker, source, r.licence))
+    return out
+
+
+def gen_flite() -> list[Spoof]:
+    from train import spoof_families as fam
+
+    out = []
+    for voice in fam.FLITE_VOICES:
+        rng = rng_for("flite/" + voice)
+        for i, text in enumerate(texts(N_FLITE_PER_VOICE, "flite/" + voice)):
+            try:
+                x = trim(fam.flite(text, voice, float(rng.uniform(0.85, 1.2))))
+            except subprocess.SubprocessError as e:
+                print(f"  flite {voice}: skipped {text!r} ({type(e).__name__})", flush=True)
+                continue
+            if x.size < SR:
+                continue
+            out.append(
+                Spoof(
+                    f"flite-{voice}-{i}",
+                    _cap(x),
+                    "tts",
+                    "flite",
+                    f"flite-{voice}",
+                    "flite (Debian)",
+                    "flite (BSD-style)",
+                )
+            )
+    return out
+
+
 def _pick(pool: list[Raw], n: int, key: str) -> list[Raw]:
     rng = rng_for(key)
     idx = rng.choice(len(pool), size=min(n, len(pool)), replace=False)
@@ -970,7 +1047,7 @@ def bonafide_more() -> list[Spoof]:
 
 # ------------------------------------------------------------------------------------- codecs
 
-CODECS = ("mp3", "opus", "gsm", "alaw", "ulaw", "amr-band", "resample", "rawboost")
+CODECS = ("mp3", "opus", "gsm", "alaw", "ulaw", "amr-band", "resample", "rawboost", "codec2")
 
 
 def _roundtrip(x: np.ndarray, sr: int, **kw: Any) -> np.ndarray:
@@ -1032,6 +1109,10 @@ def codec_chain(x: np.ndarray, name: str, rng: np.random.Generator) -> np.ndarra
     elif name == "resample":
         sr = int(rng.choice([8000, 11025, 22050, 44100, 12000]))
         y = _at(x, sr, lambda z: z)
+    elif name == "codec2":  # a channel genuine speech crosses too (radios): never a spoof cue
+        from train.spoof_families import CODEC2_MODES, codec2
+
+        y = codec2(x, str(rng.choice(CODEC2_MODES)))
     else:
         y = rawboost(x, rng)
     y = np.asarray(y, dtype=np.float32)[: x.size]
@@ -1087,6 +1168,8 @@ def _run_spoof_job(job: tuple[str, Path, list[Raw]]) -> list[Clip]:
         **{c: (lambda c=c: gen_replay(pool, c)) for c in REPLAY},
         "real-sources": gen_real_sources,
         "bonafide-more": bonafide_more,
+        **{f: (lambda f=f: gen_resynth(pool, f)) for f in RESYNTH_FAMILIES},
+        "flite": gen_flite,
     }
     clips = []
     for s in makers[name]():
@@ -1117,12 +1200,20 @@ def build(cache: Path, workers: int = 2, fresh: bool = False) -> list[Clip]:
     sizes = {"world": N_WORLD, "griffin-lim": N_GRIFFIN_LIM, **dict.fromkeys(REPLAY, N_REPLAY_PER_CONDITION)}
     sizes["far-field"] = N_FAR_FIELD
     sizes["lpc-vocoder"] = N_LPC
+    sizes |= {"lyra": N_LYRA, "hifigan-lj": N_HIFIGAN, "mlsa": N_MLSA}
     jobs = ["festival", "world", "griffin-lim", "espeak", "piper", "nii", *REPLAY, "far-field", "lpc-vocoder"]
-    jobs += ["real-sources", "bonafide-more"]
+    jobs += ["real-sources", "bonafide-more", *NEW_FAMILIES]
     close = [r for r in pool if not r.source.startswith("ami")]  # meeting audio is far-field already
-    # Each derived generator gets its own seeded draw of sources (only those are sent to the worker).
+    real_bona = real_bonafide()
+    # Each derived generator gets its own seeded draw of sources (only those are sent to the worker);
+    # the resynthesis families also get every real source's bona fide.
     args = [
-        (j, cache, _pick(close if j == "far-field" else pool, sizes[j], j) if j in sizes else [])
+        (
+            j,
+            cache,
+            (_pick(close if j == "far-field" else pool, sizes[j], j) if j in sizes else [])
+            + (real_bona if j in RESYNTH_FAMILIES else []),
+        )
         for j in jobs
     ]
     with ProcessPoolExecutor(max_workers=workers) as ex:

@@ -43,10 +43,13 @@ def _mel_to_hz(m: np.ndarray) -> np.ndarray:
 
 
 @lru_cache(maxsize=4)
-def mel_filters(sample_rate: int = SAMPLE_RATE, n_fft: int = N_FFT, n_mels: int = N_MELS) -> np.ndarray:
-    """[n_mels, n_fft // 2 + 1] triangular filters on the Slaney scale from 0 Hz to Nyquist, each
-    scaled by 2 / its bandwidth (equal area)."""
-    edges = _mel_to_hz(np.linspace(0.0, float(_hz_to_mel(np.array(sample_rate / 2.0))), n_mels + 2))
+def mel_filters(
+    sample_rate: int = SAMPLE_RATE, n_fft: int = N_FFT, n_mels: int = N_MELS, fmax: float | None = None
+) -> np.ndarray:
+    """[n_mels, n_fft // 2 + 1] triangular filters on the Slaney scale from 0 Hz to ``fmax`` (default
+    Nyquist), each scaled by 2 / its bandwidth (equal area)."""
+    top = sample_rate / 2.0 if fmax is None else fmax
+    edges = _mel_to_hz(np.linspace(0.0, float(_hz_to_mel(np.array(top))), n_mels + 2))
     bins = np.fft.rfftfreq(n_fft, 1.0 / sample_rate)
     lo, mid, hi = edges[:-2, None], edges[1:-1, None], edges[2:, None]
     rising = (bins[None, :] - lo) / (mid - lo)
