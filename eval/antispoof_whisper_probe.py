@@ -2,12 +2,14 @@
 generator family out (issue 29; docs/antispoof.md, "What we tried").
 
     python -m train.antispoof_data                  # the cache, with the issue-29 families
-    python -m eval.antispoof_whisper_probe [--cache DIR] [--no-docs]
+    python -m eval.antispoof_whisper_probe [--cache DIR] [--no-docs] [--encoder whisper_base_encoder]
 
 Features: the encoder's residual stream at each of its 5 depths (after the convolutions and after each
 block), mean and standard deviation over time, of the first 8 s of the trimmed clip (3,840 values),
-unpadded; cached in ``<cache>/whisper_tiny_stats.npz``. Classifier: standardisation and a
-class-balanced logistic regression (C = 0.01, not tuned), bona fide against every spoof class.
+unpadded; cached in ``<cache>/<encoder>_stats.npz``. ``--encoder``: a model id of the store
+(``whisper_tiny_en_encoder``, the default, or ``whisper_base_encoder``) or an encoder ONNX file.
+Classifier: standardisation and a class-balanced logistic regression (C = 0.01), bona fide against
+every spoof class.
 
 * Leave one source out (the protocol of ``train.antispoof``): for each of ``LOSO_SOURCES``, fitted on
   every clip whose origin is another source (codec copies included; ``EVAL_ONLY`` generators never),
@@ -30,7 +32,7 @@ from pathlib import Path
 import numpy as np
 import soundfile as sf
 
-OUT_PNG = Path(__file__).resolve().parents[1] / "docs" / "antispoof_whisper_probe.png"
+DOCS = Path(__file__).resolve().parents[1] / "docs"
 MAX_SECONDS = 8.0
 C = 0.01
 
@@ -47,27 +49,28 @@ def clip_features(encoder: object, path: Path) -> np.ndarray:
     return np.concatenate([layers.mean(axis=1), layers.std(axis=1)]).reshape(-1).astype(np.float32)
 
 
-def features(cache: Path, clips: list, model: str = "") -> np.ndarray:  # type: ignore[type-arg]
-    """Layer statistics of every clip; ``model``: an encoder ONNX file to use instead of the
-    store's tiny.en (for comparing encoders), its features cached under its own name."""
+def features(cache: Path, clips: list, model: str) -> np.ndarray:  # type: ignore[type-arg]
+    """Layer statistics of every clip by ``model`` (a store model id or an encoder ONNX file),
+    cached under its name."""
     from verilive.models.sessions import ModelRegistry
-    from verilive.voice.whisper import MODEL_ID, WhisperEncoder
+    from verilive.voice.whisper import BASE_MODEL_ID, MODEL_ID, WhisperEncoder
 
-    store = cache / (f"whisper_{Path(model).stem}_stats.npz" if model else "whisper_tiny_stats.npz")
+    by_id = model in (MODEL_ID, BASE_MODEL_ID)
+    store = cache / f"{model if by_id else Path(model).stem}_stats.npz"
     have: dict[str, np.ndarray] = {}
     if store.exists():
         z = np.load(store)
         have = dict(zip(z["ids"].tolist(), z["x"], strict=True))
     todo = [c for c in clips if c.id not in have]
     if todo:
-        if model:
+        if by_id:
+            enc = WhisperEncoder.from_registry(ModelRegistry(ids=[model]), model)
+        else:
             import onnxruntime as ort
 
             so = ort.SessionOptions()
             so.intra_op_num_threads = 2
             enc = WhisperEncoder(ort.InferenceSession(model, so, providers=["CPUExecutionProvider"]))
-        else:
-            enc = WhisperEncoder.from_registry(ModelRegistry(ids=[MODEL_ID]))
         t0 = time.perf_counter()
         for i, c in enumerate(todo):
             have[c.id] = clip_features(enc, cache / c.path)
@@ -95,7 +98,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--cache", type=Path, default=DEFAULT_CACHE)
     ap.add_argument("--no-docs", action="store_true")
-    ap.add_argument("--encoder", default="", help="an encoder ONNX file instead of the store's tiny.en")
+    ap.add_argument("--encoder", default="whisper_tiny_en_encoder", help="store model id or ONNX file")
     args = ap.parse_args()
     clips = [c for c in read_manifest(args.cache) if c.generator not in EVAL_ONLY]
     x = features(args.cache, clips, args.encoder)
@@ -105,7 +108,7 @@ def main() -> None:
     gen = np.array([c.generator for c in clips])
     published = ~codec & ~np.isin(gen, NEW_FAMILIES)
 
-    print("Leave one source out (frozen Whisper tiny.en probe):")
+    print(f"Leave one source out (frozen {args.encoder} probe):")
     score = np.full(len(clips), np.nan)
     for src in LOSO_SOURCES:
         own = np.flatnonzero((origin == src) & published)
@@ -159,10 +162,12 @@ def main() -> None:
         ax.axhline(15, color="k", ls="--", lw=0.8)
         ax.set_ylabel("EER, %")
         ax.set_title(title)
-    fig.suptitle("Frozen Whisper tiny.en probe (logistic regression on layer statistics); dashed: 15 %")
+    name = "tiny.en" if args.encoder == "whisper_tiny_en_encoder" else Path(args.encoder).stem
+    fig.suptitle(f"Frozen Whisper {name} probe (logistic regression on layer statistics); dashed: 15 %")
     fig.tight_layout()
-    fig.savefig(OUT_PNG, dpi=110)
-    print(f"wrote {OUT_PNG}")
+    out = DOCS / f"antispoof_whisper_probe{'' if name == 'tiny.en' else '_' + name}.png"
+    fig.savefig(out, dpi=110)
+    print(f"wrote {out}")
 
 
 if __name__ == "__main__":
