@@ -4,7 +4,8 @@
     python -m bench.voice_http identify [--size 100000] [--repeats 20]
 
 throughput: template creations per second for 3 s clips (create_voice_template_from_samples),
-            and the server's RSS after the run.
+            and the server's RSS after the run; --antispoof: the anti-spoofing call instead
+            (every model of the anti-spoofing path loaded: VAD, CAM++, Whisper base).
 identify:   server time (Server-Timing header) of /identification_engine/identify against a
             list of `size` templates, list parsing included.
 """
@@ -35,10 +36,17 @@ def clips(n: int, seconds: float = 3.0) -> list[bytes]:
     return out
 
 
-def throughput(clients: int, requests: int) -> None:
+ANTISPOOF_PATH = "/antispoof_engine/is_spoof_samples?sample_rate=16000"
+
+
+def throughput(clients: int, requests: int, antispoof: bool = False) -> None:
     bodies = clips(50)
     with server("voice") as (url, pid), httpx.Client(base_url=url, timeout=120) as c:
-        path = "/voice_template_factory/create_voice_template_from_samples?sample_rate=16000"
+        path = (
+            ANTISPOOF_PATH
+            if antispoof
+            else "/voice_template_factory/create_voice_template_from_samples?sample_rate=16000"
+        )
         headers = {"content-type": "application/octet-stream"}
         for b in bodies[:4]:  # warm-up
             c.post(path, content=b, headers=headers).raise_for_status()
@@ -53,7 +61,8 @@ def throughput(clients: int, requests: int) -> None:
             times = list(pool.map(one, range(requests)))
         wall = time.perf_counter() - t0
         rss, peak = rss_mb(pid)
-    print(f"{requests} template creations of 3 s clips, {clients} concurrent clients")
+    what = "anti-spoofing checks" if antispoof else "template creations"
+    print(f"{requests} {what} of 3 s clips, {clients} concurrent clients")
     print(f"throughput: {requests / wall:.1f} per second")
     print(f"server ms: {summary(times)}")
     print(f"server RSS: {rss:.0f} MiB now, {peak:.0f} MiB peak")
@@ -97,12 +106,13 @@ def main() -> None:
     t = sub.add_parser("throughput")
     t.add_argument("--clients", type=int, default=4)
     t.add_argument("--requests", type=int, default=200)
+    t.add_argument("--antispoof", action="store_true", help="the anti-spoofing call instead")
     i = sub.add_parser("identify")
     i.add_argument("--size", type=int, default=100_000)
     i.add_argument("--repeats", type=int, default=20)
     args = ap.parse_args()
     if args.what == "throughput":
-        throughput(args.clients, args.requests)
+        throughput(args.clients, args.requests, args.antispoof)
     else:
         identify(args.size, args.repeats)
 

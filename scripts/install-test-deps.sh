@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian packages the test suite runs as real programs: PostgreSQL, Redis and nginx
 # (tests/servers.py, tests/test_deploy_files.py), Chromium and chromedriver
-# (tests/test_capture_browser.py) and espeak-ng (tests/test_antispoof.py). `make test` runs it
+# (tests/test_capture_browser.py), espeak-ng and codec2 (tests/test_antispoof.py). `make test` runs it
 # before pytest. The tests never install anything: a missing program fails them with a message
 # naming this script (the browser and `nginx -t` tests skip instead when not run as root).
 #
@@ -43,6 +43,7 @@ check() {
     has /usr/bin/chromium || missing+=(chromium)
     has /usr/bin/chromedriver || missing+=(chromium-driver)
     has espeak-ng || missing+=(espeak-ng)
+    has c2enc || missing+=(codec2)
     # As root the tests run PostgreSQL as the `postgres` user through runuser.
     has runuser /usr/sbin/runuser || missing+=(util-linux)
 }

@@ -121,7 +121,8 @@ def test_serve_refuses_to_start_without_models(tmp_path: Path) -> None:
         timeout=120,
     )
     assert proc.returncode == 2
-    assert "verilive models pull campplus pyannote_segmentation" in proc.stderr.replace("\n", "")
+    needed = "campplus pyannote_segmentation silero_vad whisper_base_encoder"
+    assert f"verilive models pull {needed}" in proc.stderr.replace("\n", "")
 
 
 @pytest.mark.slow

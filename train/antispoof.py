@@ -70,7 +70,17 @@ from train.antispoof_data import (
     for_training,
     read_manifest,
 )
-from verilive.voice.antispoof import CLASSES, FCM_SECONDS, MODEL_FILE, SR, FrontEnd, as_pcm16, features
+from verilive.voice.antispoof import (
+    CLASSES,
+    FCM_SECONDS,
+    MODEL_FILE,
+    SR,
+    FrontEnd,
+    as_pcm16,
+    features,
+    whisper_input,
+    whisper_stats,
+)
 from verilive.voice.campplus import FCM_CHANNELS
 from verilive.voice.utterance_cues import FEATURE_NAMES, utterance_features
 
@@ -153,6 +163,7 @@ class Data:
     split: dict[str, str]
     cues: np.ndarray | None = None  # (clips, len(FEATURE_NAMES)) utterance cues
     fcm: list[np.ndarray] | None = None  # per clip (320, frames) CAM++ front output, float16
+    whisper: np.ndarray | None = None  # (clips, depths * dims * 2) Whisper layer statistics
 
 
 def subclass_of(label: str, generator: str) -> str:
@@ -187,6 +198,54 @@ def _fcm_worker(path: str) -> np.ndarray:
     x, sr = sf.read(path, dtype="float32")
     assert sr == SR
     return _FCM_ANTI.fcm_frames(x).astype(np.float16)
+
+
+# The Whisper encoder of the fourth branch: base (its frozen probe was better left out of sources
+# than tiny.en's, 24.7 against 27.6 % mean; docs/antispoof.md, "What we tried").
+WHISPER_MODEL = "whisper_base_encoder"
+_WHISPER: Any = None
+
+
+def whisper_encoder(threads: int = 1) -> Any:
+    """The store's Whisper encoder on ``threads`` intra-op threads (training workers use one each)."""
+    from verilive.models.sessions import ModelRegistry, cpu_session
+    from verilive.voice.whisper import WhisperEncoder
+
+    path = ModelRegistry(ids=[WHISPER_MODEL]).store.model_path(WHISPER_MODEL)
+    return WhisperEncoder(cpu_session(path, threads))
+
+
+def clip_whisper(x: np.ndarray) -> np.ndarray:
+    """The runtime's Whisper statistics of one 16 kHz clip (``AntiSpoof.whisper_features``)."""
+    global _WHISPER
+    if _WHISPER is None:
+        _WHISPER = whisper_encoder()
+    return whisper_stats(_WHISPER.layers(whisper_input(x)))
+
+
+def _whisper_worker(path: str) -> np.ndarray:
+    x, sr = sf.read(path, dtype="float32")
+    assert sr == SR
+    return clip_whisper(x)
+
+
+def load_whisper(cache: Path, clips: list[Clip], workers: int = 2) -> np.ndarray:
+    """Whisper layer statistics of every clip (the runtime function), cached in
+    ``<cache>/whisper_<model>.npz``."""
+    from concurrent.futures import ProcessPoolExecutor
+
+    store = cache / f"whisper_{WHISPER_MODEL}.npz"
+    ids = [c.id for c in clips]
+    if store.exists():
+        with np.load(store, allow_pickle=False) as z:
+            if list(z["ids"]) == ids:
+                return z["X"]
+    t = time.time()
+    with ProcessPoolExecutor(workers) as ex:
+        x = np.stack(list(ex.map(_whisper_worker, [str(cache / c.path) for c in clips], chunksize=16)))
+    np.savez(store, ids=np.array(ids), X=x)
+    print(f"Whisper statistics of {len(clips)} clips in {time.time() - t:.0f} s", flush=True)
+    return x
 
 
 def load_fcm(cache: Path, clips: list[Clip], workers: int = 2) -> list[np.ndarray]:
@@ -774,6 +833,23 @@ def fit_fcm_linear(d: Data, idx: np.ndarray) -> Linear:
     return Linear(w, lr.intercept_ - w @ mu)
 
 
+WHISPER_C = 0.01  # as the frozen probe (C 0.001-0.1 traded mean against worst source: docs/antispoof.md)
+
+
+def fit_whisper_linear(d: Data, idx: np.ndarray) -> Linear:
+    """Multinomial logistic regression (class-balanced) from the Whisper layer statistics to the 4
+    classes, standardisation folded into the weights."""
+    from sklearn.linear_model import LogisticRegression
+
+    assert d.whisper is not None
+    x = d.whisper[idx].astype(np.float64)
+    mu, sd = x.mean(axis=0), x.std(axis=0) + 1e-6
+    y = np.array([CLASSES.index(v) for v in d.lab[idx]])
+    lr = LogisticRegression(C=WHISPER_C, class_weight="balanced", max_iter=3000).fit((x - mu) / sd, y)
+    w = lr.coef_ / sd
+    return Linear(w, lr.intercept_ - w @ mu)
+
+
 def bona_log_odds(logp: np.ndarray) -> np.ndarray:
     """log P(bona fide) - log P(any attack) of 4-way log-probabilities."""
     rest = logp[:, 1:]
@@ -802,20 +878,59 @@ class Fusion:
     cals: list[Linear]
     out: Linear
     bona: Linear
+    weights: np.ndarray | None = None  # per branch, on its log-odds (None: all 1)
+
+    def w(self) -> np.ndarray:
+        return np.ones(len(self.cals)) if self.weights is None else self.weights
 
     def __call__(self, *z: np.ndarray) -> np.ndarray:
         logp = [log_softmax(c(x)) for c, x in zip(self.cals, z, strict=True)]
-        odds = sum(bona_log_odds(lp) for lp in logp)
+        odds = sum(wk * bona_log_odds(lp) for wk, lp in zip(self.w(), logp, strict=True))
         attack = log_softmax(self.out(sum(logp))[:, 1:])
-        return np.concatenate([self.bona(odds[:, None]), attack], axis=1)
+        return np.concatenate([self.bona(np.asarray(odds)[:, None]), attack], axis=1)
 
 
-def fit_fusion(branches: list[np.ndarray], labels: np.ndarray) -> Fusion:
-    """Fit the fusion on clips no branch was trained on."""
+def fit_fusion(branches: list[np.ndarray], labels: np.ndarray, weights: np.ndarray | None = None) -> Fusion:
+    """Fit the fusion on clips no branch was trained on; ``weights`` (per branch) come from
+    :func:`fit_weights` on leave-one-source-out scores, never from these clips."""
     cals = [fit_calibration(z, labels) for z in branches]
     logp = [log_softmax(c(z)) for c, z in zip(cals, branches, strict=True)]
-    odds = sum(bona_log_odds(lp) for lp in logp)
-    return Fusion(cals, fit_calibration(sum(logp), labels), fit_affine(odds, labels))
+    w = np.ones(len(branches)) if weights is None else np.asarray(weights, np.float64)
+    odds = sum(wk * bona_log_odds(lp) for wk, lp in zip(w, logp, strict=True))
+    return Fusion(cals, fit_calibration(sum(logp), labels), fit_affine(np.asarray(odds), labels), weights)
+
+
+def fit_weights(z: np.ndarray, is_bona: np.ndarray, group: np.ndarray, l2: float = 1e-2) -> np.ndarray:
+    """Non-negative weights of the branches' calibrated log-odds ``z`` (clips, branches): a logistic
+    regression of bona fide against spoof, each class half the weight, and within a class each
+    ``group`` (the source) weighted by the square root of its size. Fitted on out-of-source scores
+    (each clip scored by the fold that left its source out), so the weights favour the branches that
+    generalise to sources they never saw, not those that fit the training sources best."""
+    from scipy.optimize import minimize
+
+    sw = np.zeros(len(z))
+    for cls in (True, False):
+        m = is_bona == cls
+        gs, counts = np.unique(group[m], return_counts=True)
+        share = np.sqrt(counts) / np.sqrt(counts).sum()
+        for g, c, sh in zip(gs, counts, share, strict=True):
+            sw[m & (group == g)] = 0.5 * sh / c
+    y = np.where(is_bona, 1.0, -1.0)
+
+    def loss(p: np.ndarray) -> tuple[float, np.ndarray]:
+        m = y * (z @ p[:-1] + p[-1])
+        e = np.exp(-np.logaddexp(0.0, m))  # sigmoid(-m)
+        f = float(np.sum(sw * np.logaddexp(0.0, -m)) + 0.5 * l2 * np.sum(p[:-1] ** 2))
+        g = -(sw * y * e)
+        return f, np.concatenate([z.T @ g + l2 * p[:-1], [g.sum()]])
+
+    k = z.shape[1]
+    res = minimize(loss, np.r_[np.ones(k), 0.0], jac=True, method="L-BFGS-B",
+                   bounds=[(0.0, None)] * k + [(None, None)])  # fmt: skip
+    w = res.x[:-1]
+    if not np.all(np.isfinite(w)) or w.sum() <= 0:  # no branch separates these clips: fall back to equal
+        return np.ones(k)
+    return w / w.sum() * k  # scale-free: the affine calibration follows; sum k like equal weights
 
 
 def fit_product(branches: list[np.ndarray], labels: np.ndarray) -> Callable[..., np.ndarray]:
@@ -826,45 +941,62 @@ def fit_product(branches: list[np.ndarray], labels: np.ndarray) -> Callable[...,
     return lambda *z: out(sum(log_softmax(c(x)) for c, x in zip(cals, z, strict=True)))
 
 
-BRANCHES = ("network (spectrogram + cues)", "CAM++ front network", "CAM++ front statistics regression")
+BRANCHES = (
+    "network (spectrogram + cues)",
+    "CAM++ front network",
+    "CAM++ front statistics regression",
+    "Whisper statistics regression",
+)
 
 
 @dataclass
 class Model:
-    """The spectrogram-and-cues network, the front-output network, the front-statistics regression
-    and the fusion of the three."""
+    """The spectrogram-and-cues network, the front-output network, the front-statistics regression,
+    the Whisper-statistics regression and the fusion of the four."""
 
     net: Any
     fcm_net: Any
     fcm_linear: Linear
+    whisper_linear: Linear
     fusion: Fusion
 
     def branches(self, d: Data, idx: np.ndarray, max_frames: int = 800) -> list[np.ndarray]:
-        assert d.fcm is not None
+        assert d.fcm is not None and d.whisper is not None
         stats = np.stack([fcm_stats(d.fcm[i]) for i in idx])
         net, net_oc = split_oc(predict(self.net, d, idx, max_frames))
         fcm, fcm_oc = split_oc(predict_fcm(self.fcm_net, d, idx))
+        wh = self.whisper_linear(d.whisper[idx])
         # the one-class scores, when trained, are experts of their own (one column each)
-        return [net, fcm, self.fcm_linear(stats), *net_oc, *fcm_oc]
+        return [net, fcm, self.fcm_linear(stats), wh, *net_oc, *fcm_oc]
 
     def logits(self, d: Data, idx: np.ndarray, max_frames: int = 800) -> np.ndarray:
         return self.fusion(*self.branches(d, idx, max_frames))
 
+    def branch_odds(self, d: Data, idx: np.ndarray) -> np.ndarray:
+        """(branches, clips): each branch's calibrated log-odds of bona fide, before the weights."""
+        zs = self.branches(d, idx)
+        return np.stack([bona_log_odds(log_softmax(c(z))) for c, z in zip(self.fusion.cals, zs, strict=True)])
+
     def alternatives(self, d: Data, va: np.ndarray, idx: np.ndarray) -> list[np.ndarray]:
         """For the report (``ALTERNATIVES``): each branch alone with its calibration, the same fusion
-        of the two networks without the regression, and the previous rule (the summed
-        log-probabilities recalibrated 4-way), the last two fitted on ``va`` like the fusion."""
+        of the two networks only, of the three branches without Whisper (the model before), and of
+        all four with equal weights, and the older rule (the summed log-probabilities recalibrated
+        4-way), all fitted on ``va`` like the fusion."""
         zs, vs = self.branches(d, idx), self.branches(d, va)
         alone = [c(z) for c, z in zip(self.fusion.cals, zs, strict=True)]
         two = fit_fusion(vs[:2], d.lab[va])(*zs[:2])
-        product = fit_product(vs[:3], d.lab[va])(*zs[:3])
-        return [*alone[:3], two, product, *alone[3:]]
+        three = fit_fusion(vs[:3], d.lab[va])(*zs[:3])
+        equal = fit_fusion(vs[:4], d.lab[va])(*zs[:4])
+        product = fit_product(vs[:4], d.lab[va])(*zs[:4])
+        return [*alone[:4], two, three, equal, product, *alone[4:]]
 
 
 ALTERNATIVES = (
     *(f"{b} alone" for b in BRANCHES),
     "the two networks only, same fusion",
-    "product recalibrated 4-way (the previous rule)",
+    "the three branches without Whisper (the model before), same fusion",
+    "all four branches, equal weights",
+    "product recalibrated 4-way (an older rule)",
 )
 OC_ALTERNATIVES = ("network one-class score alone", "front network one-class score alone")
 
@@ -883,13 +1015,19 @@ def train_model(
     tag = (lambda k: f"{log}[member {k + 1}] ") if members > 1 else (lambda k: log)
     net = average([train_net(d, tr, cfg, s, tag(k)) for k, s in enumerate(seeds)])
     fcm_net = average([train_fcm_net(d, tr, fcm_cfg, s, tag(k)) for k, s in enumerate(seeds)])
-    return fused_model(d, va, net, fcm_net, fit_fcm_linear(d, tr))
+    t = time.time()
+    wl = fit_whisper_linear(d, tr)
+    print(f"  {log}Whisper regression fitted ({time.time() - t:.0f} s)", flush=True)
+    return fused_model(d, va, net, fcm_net, fit_fcm_linear(d, tr), wl)
 
 
-def fused_model(d: Data, va: np.ndarray, net: Any, fcm_net: Any, fcm_linear: Linear) -> Model:
+def fused_model(
+    d: Data, va: np.ndarray, net: Any, fcm_net: Any, fcm_linear: Linear, whisper_linear: Linear,
+    weights: np.ndarray | None = None,
+) -> Model:  # fmt: skip
     unfitted = Fusion([], Linear(np.eye(4), np.zeros(4)), Linear(np.eye(1), np.zeros(1)))
-    m = Model(net, fcm_net, fcm_linear, unfitted)
-    m.fusion = fit_fusion(m.branches(d, va), d.lab[va])
+    m = Model(net, fcm_net, fcm_linear, whisper_linear, unfitted)
+    m.fusion = fit_fusion(m.branches(d, va), d.lab[va], weights)
     return m
 
 
@@ -898,19 +1036,25 @@ def member_models(d: Data, va: np.ndarray, m: Model) -> list[Model]:
     if not hasattr(m.net, "members"):
         return []
     pairs = zip(m.net.members, m.fcm_net.members, strict=True)
-    return [fused_model(d, va, n, f, m.fcm_linear) for n, f in pairs]
+    return [fused_model(d, va, n, f, m.fcm_linear, m.whisper_linear, m.fusion.weights) for n, f in pairs]
 
 
 CHECK_SEED, CHECK_FRAMES = 20261124, 150
 
 
-def check_input(bins: int, seed: int = CHECK_SEED, frames: int = CHECK_FRAMES) -> tuple[np.ndarray, ...]:
-    """A fixed model input (spectrogram-like features, cues, front output), float32, batch of one."""
+def check_input(
+    bins: int, seed: int = CHECK_SEED, frames: int = CHECK_FRAMES, whisper_dims: int = 0
+) -> tuple[np.ndarray, ...]:
+    """A fixed model input (spectrogram-like features, cues, front output and, with ``whisper_dims``,
+    Whisper statistics), float32, batch of one."""
     rng = np.random.default_rng(seed)
     x = np.stack([rng.normal(-40, 15, (bins, frames)), np.tanh(rng.normal(0, 1, (bins, frames)))])
     c = rng.normal(0, 1, (1, len(FEATURE_NAMES)))
     h = rng.normal(0, 1, (1, FCM_CHANNELS, frames))
-    return x[None].astype(np.float32), c.astype(np.float32), h.astype(np.float32)
+    out = [x[None].astype(np.float32), c.astype(np.float32), h.astype(np.float32)]
+    if whisper_dims:  # drawn after the others, so the first three stay as they were
+        out.append(np.abs(rng.normal(0, 1, (1, whisper_dims))).astype(np.float32))
+    return tuple(out)
 
 
 def export(model: Model, fe: FrontEnd, meta: dict[str, Any], path: Path) -> None:
@@ -930,10 +1074,12 @@ def export(model: Model, fe: FrontEnd, meta: dict[str, Any], path: Path) -> None
             super().__init__()
             f = model.fusion
             self.net, self.fcm_net, self.fcm_linear = model.net, model.fcm_net, linear(model.fcm_linear)
+            self.whisper_linear = linear(model.whisper_linear)
             self.cals = nn.ModuleList([linear(c) for c in f.cals])
             self.out, self.bona = linear(f.out), linear(f.bona)
+            self.register_buffer("weights", torch.tensor(f.w(), dtype=torch.float32))
 
-        def forward(self, x: torch.Tensor, c: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+        def forward(self, x: torch.Tensor, c: torch.Tensor, h: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
             mu = h.mean(dim=2)
             d = h[:, :, 1:] - h[:, :, :-1]
             n = torch.ones_like(d[:, :1, :]).sum(dim=2).clamp(min=1.0)  # frames - 1, at least 1
@@ -948,26 +1094,40 @@ def export(model: Model, fe: FrontEnd, meta: dict[str, Any], path: Path) -> None
                 dim=1,
             )  # as fcm_stats
             zn, zf = self.net(x, c), self.fcm_net(h)
-            z = [zn[:, :4], zf[:, :4], self.fcm_linear(stats)]
+            z = [zn[:, :4], zf[:, :4], self.fcm_linear(stats), self.whisper_linear(w)]
             z += [zn[:, 4:]] if zn.shape[1] > 4 else []  # as Model.branches
             z += [zf[:, 4:]] if zf.shape[1] > 4 else []
             logp = [torch.log_softmax(cal(b), dim=1) for cal, b in zip(self.cals, z, strict=True)]
-            odds = sum(lp[:, :1] - torch.logsumexp(lp[:, 1:], dim=1, keepdim=True) for lp in logp)
+            odds = sum(
+                self.weights[k] * (lp[:, :1] - torch.logsumexp(lp[:, 1:], dim=1, keepdim=True))
+                for k, lp in enumerate(logp)
+            )
             attack = torch.log_softmax(self.out(sum(logp))[:, 1:], dim=1)
             return torch.cat([self.bona(odds), attack], dim=1)
 
     fused = Fused().eval()
+    dims = model.whisper_linear.w.shape[1]
     # the trained graph's answer to a fixed input, kept with the model: a test checks the ONNX file
     # against it (tests/test_antispoof.py)
     with torch.no_grad():
-        ref = fused(*(torch.from_numpy(a) for a in check_input(fe.bins)))
-    meta = {**meta, "check": {"seed": CHECK_SEED, "frames": CHECK_FRAMES, "logits": ref[0].tolist()}}
+        ref = fused(*(torch.from_numpy(a) for a in check_input(fe.bins, whisper_dims=dims)))
+    meta = {
+        **meta,
+        "check": {
+            "seed": CHECK_SEED,
+            "frames": CHECK_FRAMES,
+            "whisper_dims": dims,
+            "logits": ref[0].tolist(),
+        },
+    }
     x = torch.zeros(1, 2, fe.bins, 300)
     c = torch.zeros(1, len(FEATURE_NAMES))
     h = torch.zeros(1, FCM_CHANNELS, 300)
+    w = torch.zeros(1, dims)
     tmp = path.with_suffix(".tmp.onnx")
     torch.onnx.export(
-        fused, (x, c, h), str(tmp), input_names=["features", "cues", "fcm"], output_names=["logits"],
+        fused, (x, c, h, w), str(tmp), input_names=["features", "cues", "fcm", "whisper"],
+        output_names=["logits"],
         dynamic_axes={"features": {3: "frames"}, "fcm": {2: "fcm_frames"}}, opset_version=17, dynamo=False,
     )  # fmt: skip
     model = onnx.load(str(tmp))
@@ -991,22 +1151,47 @@ def run_lcnn(
     d = load_data(cache, lambda x: features(x, fe).astype(np.float16), "feats2", 50)
     d.cues = load_cues(cache, d.clips)
     d.fcm = load_fcm(cache, d.clips)
+    d.whisper = load_whisper(cache, d.clips)
     tr, va, te, ood = (np.flatnonzero(d.part == p) for p in ("train", "val", "test", "ood"))
     out = Report()
     if not logo_only:
         out("## Data\n")
         data_table(d, out)
     cfg = TrainConfig(oc_weight=cfg_oc)
+    loso_out = Report()
+    loso_run: tuple[Data, dict[str, np.ndarray]] | None = None
+    fold_weights: list[float] | None = None  # --logo-only: the shipped model's fusion weights
+
+    def run_loso_once() -> tuple[Data, dict[str, np.ndarray]]:
+        """Leave one source out (its tables into ``loso_out``), once: the fusion weights come from it."""
+        nonlocal loso_run
+        if loso_run is None:
+            origin = np.array([origin_of(c) for c in d.clips])
+            # The source's own clips as published (see loso_scores).
+            raw = np.array(
+                [not c.id.startswith("codec-") and c.generator not in NEW_FAMILIES for c in d.clips]
+            )
+            aux_bona = (origin == "") & raw & (d.lab == "bonafide") & (d.part == "test")
+            dv = variant_data(cache, d, np.flatnonzero(((origin != "") & raw) | aux_bona))
+            loso_run = dv, run_loso(d, dv, tr, va, te, logo_seed, loso_out, loso_sources)
+        return loso_run
+
     if logo_only:  # the shipped model's scores, from the ONNX file
         from verilive.voice.antispoof import AntiSpoof
 
         shipped = AntiSpoof(OUT_MODEL)
+        fold_weights = shipped.meta.get("fusion_weights")
 
         def scorer(dd: Data, idx: np.ndarray) -> np.ndarray:
-            assert dd.cues is not None and dd.fcm is not None
+            assert dd.cues is not None and dd.fcm is not None and dd.whisper is not None
             return np.stack(
                 [
-                    shipped.logits(dd.feats[i].astype(np.float32), dd.cues[i], dd.fcm[i].astype(np.float32))
+                    shipped.logits(
+                        dd.feats[i].astype(np.float32),
+                        dd.cues[i],
+                        dd.fcm[i].astype(np.float32),
+                        dd.whisper[i],
+                    )
                     for i in idx
                 ]
             )
@@ -1014,6 +1199,9 @@ def run_lcnn(
         lt, lo = scorer(d, te), scorer(d, ood)
     else:
         model = train_model(d, tr, va, cfg, replace(FCM_CFG, oc_weight=cfg_oc), SEED, members=members)
+        if loso:  # the fusion weights, learned on the out-of-source scores; the calibration on va
+            weights = run_loso_once()[1]["weights"]
+            model.fusion = fit_fusion(model.branches(d, va), d.lab[va], weights)
         lt, lo = model.logits(d, te), model.logits(d, ood)
         scorer = model.logits
         out(f"## In-domain EER (held-out speakers; score = calibrated P(bona fide)); {cfg.epochs} epochs\n")
@@ -1048,6 +1236,7 @@ def run_lcnn(
                 "frontend": asdict(fe), "classes": list(CLASSES), "seed": SEED, "epochs": cfg.epochs,
                 "cues": list(FEATURE_NAMES), "subclasses": [s for s, _ in subclasses(d)],
                 "fcm_seconds": FCM_SECONDS, "fcm": "frames", "fcm_epochs": FCM_CFG.epochs,
+                "whisper": WHISPER_MODEL, "whisper_c": WHISPER_C, "fusion_weights": model.fusion.w().tolist(),
                 "members": members, **({"oc_weight": cfg_oc} if cfg_oc else {}),
                 "test_speakers": sorted(s for s, p in d.split.items() if p == "test"),
             }  # fmt: skip
@@ -1059,17 +1248,13 @@ def run_lcnn(
             print(f"wrote {OUT_MODEL} ({OUT_MODEL.stat().st_size / 1024:.0f} KiB)", flush=True)
             check_export(model, d, te[:20])
     if loso:
-        origin = np.array([origin_of(c) for c in d.clips])
-        # The source's own clips as published (see loso_scores).
-        raw = np.array([not c.id.startswith("codec-") and c.generator not in NEW_FAMILIES for c in d.clips])
-        aux_bona = (origin == "") & raw & (d.lab == "bonafide") & (d.part == "test")
-        dv = variant_data(cache, d, np.flatnonzero(((origin != "") & raw) | aux_bona))
+        dv, loso_scores = run_loso_once()
         channel_table(d, dv, te, ood, lt, lo, scorer, out)
-        out(
+        out.lines.append(
             f"## Leave-one-source-out (source never trained on; networks {LOSO_EPOCHS} and "
             f"{LOSO_FCM_EPOCHS} epochs)\n"
         )
-        loso_scores = run_loso(d, dv, tr, va, te, logo_seed, out, loso_sources)
+        out.lines.extend(loso_out.lines)
         np.savez(cache / "loso_scores.npz", ids=np.array([c.id for c in d.clips]),
                  v_ids=np.array([c.id for c in dv.clips]), **loso_scores)  # fmt: skip
     logo_scores: dict[str, np.ndarray] = {}
@@ -1103,6 +1288,12 @@ def run_lcnn(
             gi = np.flatnonzero(d.gen == g)
             keep, va_g = tr[d.gen[tr] != g], va[d.gen[va] != g]
             m = train_model(d, keep, va_g, lcfg, lfcm, logo_seed, f"[-{g}] ", logo_members)
+            # the shipped rule: the weights learned out of source (never on g's clips: the leave-one-
+            # source-out scores are of the real sources' clips as published), from this run or the
+            # shipped model's metadata
+            if loso_run is not None or fold_weights is not None:
+                w = loso_run[1]["weights"] if loso_run is not None else fold_weights
+                m.fusion = fit_fusion(m.branches(d, va_g), d.lab[va_g], w)
             both = np.concatenate([bona_te, gi])
             z = bona_logodds(m.logits(d, both))
             bona, sp = z[: len(bona_te)], z[len(bona_te) :]
@@ -1117,7 +1308,7 @@ def run_lcnn(
             logo_scores[f"bona_without_{g}"] = bona
             # each branch's calibrated 4-way logits on the fold's test clips (bona fide first) and
             # validation clips, for trying other fusion rules without retraining
-            logo_scores[f"branches_{g}"] = np.stack(alternatives[:3])
+            logo_scores[f"branches_{g}"] = np.stack(alternatives[:4])
             cal_va = zip(m.fusion.cals, m.branches(d, va_g), strict=True)
             logo_scores[f"val_branches_{g}"] = np.stack([c(z) for c, z in cal_va])
             logo_scores[f"val_labels_{g}"] = d.lab[va_g]
@@ -1186,7 +1377,7 @@ def origin_of(c: Clip) -> str:
     return LJ if c.source == LJ or c.speaker == "lj" else ""
 
 
-def _variant_worker(job: tuple[str, str, str]) -> tuple[np.ndarray, np.ndarray, np.ndarray] | None:
+def _variant_worker(job: tuple[str, str, str]) -> tuple[np.ndarray, ...] | None:
     from train.antispoof_data import codec_chain, rng_for, telephone, trim
 
     global _FCM_ANTI
@@ -1214,7 +1405,12 @@ def _variant_worker(job: tuple[str, str, str]) -> tuple[np.ndarray, np.ndarray, 
     f = features(x).astype(np.float16)
     if f.shape[2] < 50:
         return None
-    return f, utterance_features(x).astype(np.float32), _FCM_ANTI.fcm_frames(x).astype(np.float16)
+    return (
+        f,
+        utterance_features(x).astype(np.float32),
+        _FCM_ANTI.fcm_frames(x).astype(np.float16),
+        clip_whisper(x),
+    )
 
 
 def variant_data(cache: Path, d: Data, idx: np.ndarray, workers: int = 2) -> Data:
@@ -1229,9 +1425,12 @@ def variant_data(cache: Path, d: Data, idx: np.ndarray, workers: int = 2) -> Dat
     if store.exists():
         with np.load(store, allow_pickle=False) as z:
             if list(z["ids"]) == ids:
-                ok, fo, ho, f, c, h = (z[k] for k in ("ok", "f_off", "h_off", "F", "C", "H"))
+                ok, fo, ho, f, c, h, w = (z[k] for k in ("ok", "f_off", "h_off", "F", "C", "H", "W"))
+                row = np.cumsum(ok) - 1  # C and W hold the usable variants only
                 got = [
-                    (f[..., fo[k] : fo[k + 1]], c[k], h[:, ho[k] : ho[k + 1]]) if ok[k] else None
+                    (f[..., fo[k] : fo[k + 1]], c[row[k]], h[:, ho[k] : ho[k + 1]], w[row[k]])
+                    if ok[k]
+                    else None
                     for k in range(len(ids))
                 ]
     if got is None:
@@ -1245,7 +1444,7 @@ def variant_data(cache: Path, d: Data, idx: np.ndarray, workers: int = 2) -> Dat
             f_off=np.cumsum([0] + [g[0].shape[2] if g else 0 for g in got]),
             h_off=np.cumsum([0] + [g[2].shape[1] if g else 0 for g in got]),
             F=np.concatenate([g[0] for g in have], axis=2), C=np.stack([g[1] for g in have]),
-            H=np.concatenate([g[2] for g in have], axis=1),
+            H=np.concatenate([g[2] for g in have], axis=1), W=np.stack([g[3] for g in have]),
         )  # fmt: skip
         print(f"{len(have)} variants of {len(idx)} clips in {time.time() - t:.0f} s", flush=True)
     keep = [k for k, g in enumerate(got) if g is not None]
@@ -1259,6 +1458,7 @@ def variant_data(cache: Path, d: Data, idx: np.ndarray, workers: int = 2) -> Dat
         {},
         np.stack([got[k][1] for k in keep]),
         [got[k][2] for k in keep],
+        np.stack([got[k][3] for k in keep]),
     )
 
 
@@ -1316,22 +1516,50 @@ def run_loso(
     score = np.full(len(d.clips), np.nan)
     v_score = np.full(len(dv.clips), np.nan)
     branch_scores: np.ndarray | None = None
+    nb = len(BRANCHES)
+    v_branch = np.full((nb, len(dv.clips)), np.nan)
+    fold_va: dict[str, tuple[np.ndarray, np.ndarray]] = {}
     for src in LOSO_SOURCES:
         if only and src not in only:
             continue
-        m = train_model(d, pool[origin[pool] != src], va[origin[va] != src], lcfg, lfcm, seed, f"[-{src}] ")
+        va_s = va[origin[va] != src]
+        m = train_model(d, pool[origin[pool] != src], va_s, lcfg, lfcm, seed, f"[-{src}] ")
         own = np.flatnonzero((origin == src) & raw)
         score[own] = bona_logodds(m.logits(d, own))
         # each branch alone and the other fusion rules (ALTERNATIVES), for choosing a rule by this table
-        alts = m.alternatives(d, va[origin[va] != src], own)
+        alts = m.alternatives(d, va_s, own)
         if branch_scores is None:
             branch_scores = np.full((len(alts), len(d.clips)), np.nan)
         branch_scores[:, own] = np.stack([bona_logodds(z) for z in alts])
+        fold_va[src] = (m.branch_odds(d, va_s)[:nb], d.lab[va_s])
         vi = np.flatnonzero(v_origin == src)
         if len(vi):
             v_score[vi] = bona_logodds(m.logits(dv, vi))
+            v_branch[:, vi] = m.branch_odds(dv, vi)[:nb]
         print(f"fold {src}: {len(own)} clips, {len(vi)} variants", flush=True)
     lab, vlab = d.lab == "bonafide", dv.lab == "bonafide"
+    # Fusion weights learned on these out-of-source scores. The table below scores each source with
+    # weights fitted without it (nested), then the fold's own validation calibration, as shipped.
+    weights = np.ones(nb)
+    score_equal = score.copy()
+    if branch_scores is not None and len(fold_va) > 1:
+        z_all = branch_scores[:nb].T
+        have = ~np.isnan(z_all[:, 0])
+        weights = fit_weights(z_all[have], lab[have], origin[have])
+        out(f"Fusion weights learned on the out-of-source scores ({', '.join(BRANCHES)}): "
+            + ", ".join(f"{w:.2f}" for w in weights) + "; per fold, without its source:\n")  # fmt: skip
+        for src, (zva, lva) in fold_va.items():
+            w_s = fit_weights(
+                z_all[have & (origin != src)], lab[have & (origin != src)], origin[have & (origin != src)]
+            )
+            aff = fit_affine(zva.T @ w_s, lva)
+            own = np.flatnonzero((origin == src) & raw)
+            score[own] = aff((z_all[own] @ w_s)[:, None])[:, 0]
+            vi = np.flatnonzero(v_origin == src)
+            if len(vi):
+                v_score[vi] = aff((v_branch[:, vi].T @ w_s)[:, None])[:, 0]
+            out(f"* without {src}: " + ", ".join(f"{w:.2f}" for w in w_s))
+        out()
     pooled = score[lab & ~np.isnan(score)]
     kinds = np.array([c.channel for c in dv.clips])
 
@@ -1408,6 +1636,7 @@ def run_loso(
     return {
         "score": score, "v_score": v_score, "origin": origin, "v_origin": v_origin, "kinds": kinds,
         "branches": np.zeros((0, len(score))) if branch_scores is None else branch_scores,
+        "v_branches": v_branch, "score_equal": score_equal, "weights": weights,
     }  # fmt: skip
 
 
@@ -1429,8 +1658,10 @@ def check_export(model: Model, d: Data, idx: np.ndarray) -> None:
     assert d.cues is not None and d.fcm is not None
     fcm = d.fcm
     ref = model.logits(d, idx, max_frames=10**6)
+    assert d.whisper is not None
+    wh = d.whisper
     got = np.stack(
-        [a.logits(d.feats[i].astype(np.float32), d.cues[i], fcm[i].astype(np.float32)) for i in idx]
+        [a.logits(d.feats[i].astype(np.float32), d.cues[i], fcm[i].astype(np.float32), wh[i]) for i in idx]
     )
     err = float(np.abs(ref - got).max())
     print(f"ONNX vs torch: max |logit difference| {err:.2e}")

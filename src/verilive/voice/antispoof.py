@@ -17,11 +17,15 @@ input normalisation and its calibration folded in (docs/antispoof.md):
    model's frozen 2-D convolutional front module (320 values per 10 ms frame) on the first
    ``FCM_SECONDS`` of the trimmed signal; a second, small network on it catches vocoder and TTS
    traces that the spectrogram network misses;
-4. the model has three branches: a network on the (1, 2, 256, frames) features and the (1, 32)
-   cues, a second network on the (1, 320, frames) front output, and a linear regression on that
-   output's mean and spread over time. Each branch is calibrated alone; the sum of their log-odds
-   of bona fide, mapped by one affine calibration, gives the bona fide logit, and their summed
-   log-probabilities, recalibrated, split the rest between the attack classes. A softmax of the
+4. Whisper layer statistics (:meth:`verilive.voice.whisper.WhisperEncoder.layers`, the model the
+   metadata names): the mean and spread over time of the frozen encoder's residual stream at every
+   depth, on the same stretch as the CAM++ front output;
+5. the model has four branches: a network on the (1, 2, 256, frames) features and the (1, 32)
+   cues, a second network on the (1, 320, frames) front output, a linear regression on that
+   output's mean and spread over time, and a linear regression on the Whisper statistics. Each
+   branch is calibrated alone; a weighted sum of their log-odds of bona fide (weights learned on
+   leave-one-source-out scores), mapped by one affine calibration, gives the bona fide logit, and
+   their summed log-probabilities, recalibrated, split the rest between the attack classes. A softmax of the
    four logits (bona fide, replay, TTS, VC) gives ``score`` = P(bona fide) and ``scoreReplay``,
    ``scoreTts``, ``scoreVc`` = P(each attack class), which sum to 1.
 
@@ -46,9 +50,11 @@ from verilive.numeric import softmax
 from verilive.voice.utterance_cues import FEATURE_NAMES, utterance_features
 
 if TYPE_CHECKING:
+    from verilive.models.sessions import ModelRegistry
     from verilive.voice.campplus import CamPlusPlus
     from verilive.voice.engine import VoiceEngine
     from verilive.voice.vad import SileroVad
+    from verilive.voice.whisper import WhisperEncoder
 
 __all__ = [
     "CLASSES",
@@ -60,6 +66,8 @@ __all__ = [
     "fcm_input",
     "features",
     "log_spectrogram",
+    "whisper_input",
+    "whisper_stats",
 ]
 
 SR = 16000
@@ -159,6 +167,20 @@ def fcm_input(wave16k: np.ndarray, fe: FrontEnd = FrontEnd(), seconds: float = F
     return x[start:stop][: int(seconds * SR)]
 
 
+def whisper_input(wave16k: np.ndarray, fe: FrontEnd = FrontEnd(), seconds: float = FCM_SECONDS) -> np.ndarray:
+    """What the Whisper encoder hears: the :func:`fcm_input` stretch, zero-padded to at least 0.5 s
+    (the encoder's front end needs a few frames; a judged clip has 0.5 s of spectrogram anyway)."""
+    x = fcm_input(wave16k, fe, seconds)
+    return np.pad(x, (0, SR // 2 - x.size)) if x.size < SR // 2 else x
+
+
+def whisper_stats(layers: np.ndarray) -> np.ndarray:
+    """(depths * dims * 2,) float32: per depth, the mean and the standard deviation over time of
+    one clip's [depths, steps, dims] Whisper residual stream (depth-major, means first)."""
+    x = np.asarray(layers, np.float64)
+    return np.concatenate([x.mean(axis=1), x.std(axis=1)], axis=1).reshape(-1).astype(np.float32)
+
+
 def log_spectrogram(wave16k: np.ndarray, fe: FrontEnd = FrontEnd()) -> np.ndarray:
     """Channel 0 of :func:`features`: (bins, frames) log power in dB relative to the loudest frame."""
     return features(wave16k, fe)[0]
@@ -206,6 +228,8 @@ class AntiSpoof:
         vad: SileroVad | None = None,
         intra_op_threads: int = 0,
         embedder: CamPlusPlus | None = None,
+        whisper: WhisperEncoder | None = None,
+        registry: ModelRegistry | None = None,
     ) -> None:
         source = Path(params_path) if params_path is not None else packaged_path(PACKAGED_ID)
         data = source.read_bytes()
@@ -221,13 +245,25 @@ class AntiSpoof:
         if self.meta.get("fcm") != "frames":
             raise ValueError("the anti-spoofing model was made for another CAM++ front input")
         self.fcm_seconds = float(self.meta.get("fcm_seconds", FCM_SECONDS))
+        inputs = [i.name for i in self.session.get_inputs()]
+        # The Whisper encoder that the model's fourth branch was trained on (None: a model without it).
+        self.whisper_id: str | None = self.meta.get("whisper")
+        if (self.whisper_id is None) != ("whisper" not in inputs):
+            raise ValueError("the anti-spoofing model's Whisper input and metadata disagree")
         self.vad = vad
         self._embedder = embedder
+        self._whisper = whisper
+        self._registry = registry
 
     @classmethod
-    def from_engine(cls, engine: VoiceEngine, intra_op_threads: int = 0) -> AntiSpoof:
-        """Share the voice engine's VAD (Silero, for the speech-length check) and CAM++ model."""
-        return cls(vad=engine.vad, intra_op_threads=intra_op_threads, embedder=engine.embedder)
+    def from_engine(
+        cls, engine: VoiceEngine, intra_op_threads: int = 0, registry: ModelRegistry | None = None
+    ) -> AntiSpoof:
+        """Share the voice engine's VAD (Silero, for the speech-length check) and CAM++ model; the
+        Whisper encoder comes from ``registry`` (the app's model store)."""
+        return cls(
+            vad=engine.vad, intra_op_threads=intra_op_threads, embedder=engine.embedder, registry=registry
+        )
 
     @property
     def embedder(self) -> CamPlusPlus:
@@ -239,6 +275,25 @@ class AntiSpoof:
 
             self._embedder = CamPlusPlus.from_registry(ModelRegistry(ids=[MODEL_ID]))
         return self._embedder
+
+    @property
+    def whisper(self) -> WhisperEncoder:
+        """The Whisper encoder the metadata names, from the given registry or the installed store."""
+        if self._whisper is None:
+            from verilive.models.sessions import ModelRegistry
+            from verilive.voice.whisper import WhisperEncoder
+
+            assert self.whisper_id is not None
+            registry = self._registry if self._registry is not None else ModelRegistry(ids=[self.whisper_id])
+            self._whisper = WhisperEncoder.from_registry(registry, self.whisper_id)
+        return self._whisper
+
+    def whisper_features(self, wave16k: np.ndarray) -> np.ndarray | None:
+        """:func:`whisper_stats` of the stretch the CAM++ front output sees (see :func:`fcm_input`),
+        or None for a model without the Whisper branch."""
+        if self.whisper_id is None:
+            return None
+        return whisper_stats(self.whisper.layers(whisper_input(wave16k, self.frontend, self.fcm_seconds)))
 
     def fcm_frames(self, wave16k: np.ndarray) -> np.ndarray:
         """(320, frames) CAM++ front output of a 16 kHz mono signal (see :func:`fcm_input`)."""
@@ -278,14 +333,21 @@ class AntiSpoof:
             )
         return None
 
-    def logits(self, feats: np.ndarray, cues: np.ndarray, fcm: np.ndarray) -> np.ndarray:
+    def logits(
+        self, feats: np.ndarray, cues: np.ndarray, fcm: np.ndarray, whisper: np.ndarray | None = None
+    ) -> np.ndarray:
         """Calibrated logits (4,) of one (2, bins, frames) :func:`features` array, its (32,)
-        utterance cues (NaN where not measurable) and its (320, frames) CAM++ front output."""
+        utterance cues (NaN where not measurable), its (320, frames) CAM++ front output and, for a
+        model with the Whisper branch, its :meth:`whisper_features`."""
         inputs = {
             "features": feats[None],
             "cues": np.asarray(cues, np.float32).reshape(1, -1),
             "fcm": np.asarray(fcm, np.float32)[None],
         }
+        if self.whisper_id is not None:
+            if whisper is None:
+                raise ValueError("this anti-spoofing model needs the Whisper statistics")
+            inputs["whisper"] = np.asarray(whisper, np.float32).reshape(1, -1)
         (out,) = self.session.run(None, inputs)
         return np.asarray(out[0], dtype=np.float64)
 
@@ -295,7 +357,9 @@ class AntiSpoof:
         feats = features(x, self.frontend)
         if feats.shape[2] < MIN_FRAMES:
             return None
-        return softmax(self.logits(feats, utterance_features(x), self.fcm_frames(x)))
+        return softmax(
+            self.logits(feats, utterance_features(x), self.fcm_frames(x), self.whisper_features(x))
+        )
 
     def evaluate(self, audio: Audio, speech_seconds: float | None = None) -> SpoofScores:
         """Judge ``audio``. ``speech_seconds``: speech length already measured by the caller's VAD

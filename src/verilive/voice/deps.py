@@ -23,7 +23,10 @@ def voice_engine(ctx: ServiceContext) -> VoiceEngine:
 
 def antispoof_engine(ctx: ServiceContext) -> AntiSpoof:
     threads = ctx.settings.onnx_intra_op_threads
-    return ctx.engine("antispoof", lambda: AntiSpoof.from_engine(voice_engine(ctx), intra_op_threads=threads))
+    return ctx.engine(
+        "antispoof",
+        lambda: AntiSpoof.from_engine(voice_engine(ctx), intra_op_threads=threads, registry=ctx.models),
+    )
 
 
 def attributes_estimator(ctx: ServiceContext) -> AttributesEstimator:
