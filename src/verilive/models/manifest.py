@@ -284,6 +284,12 @@ class ModelSpec(_Strict):
         description="Runtime hint: onnxruntime intra-op threads for this model's session when the "
         "setting onnx_intra_op_threads is 0 (auto). A set setting always wins.",
     )
+    mem_arena: bool | None = Field(
+        None,
+        strict=True,
+        description="Runtime hint: false runs the session without onnxruntime's CPU memory arena "
+        "(intermediate tensors freed after each run), for models whose inputs vary widely in length.",
+    )
 
     @field_validator("id")
     @classmethod

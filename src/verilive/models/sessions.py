@@ -24,7 +24,9 @@ ORT_LOG_SEVERITY = 3
 __all__ = ["ModelRegistry", "cpu_session", "install_hint"]
 
 
-def cpu_session(model: str | Path | bytes, intra_op_threads: int = 0, spinning: bool | None = None) -> Any:
+def cpu_session(
+    model: str | Path | bytes, intra_op_threads: int = 0, spinning: bool | None = None, mem_arena: bool = True
+) -> Any:
     """An onnxruntime CPU session: ``model`` is a path or serialized ONNX; ``intra_op_threads`` 0
     is onnxruntime's default (one per core); ``spinning`` None follows the ``onnx_spinning`` setting.
 
@@ -32,6 +34,10 @@ def cpu_session(model: str | Path | bytes, intra_op_threads: int = 0, spinning: 
     after each run, and on 2 cores that steals the core from the numpy work between calls and from
     the request's other sessions: anti-spoofing took about 40 % less wall and CPU time on 5 s of
     speech without it (docs/benchmarks.md).
+
+    ``mem_arena`` False frees each run's intermediate tensors instead of keeping them in onnxruntime's
+    CPU arena: for models whose inputs vary widely in length (the arena keeps the largest run's
+    memory for the life of the process).
     """
     import onnxruntime as ort
 
@@ -41,6 +47,7 @@ def cpu_session(model: str | Path | bytes, intra_op_threads: int = 0, spinning: 
     if intra_op_threads > 0:
         so.intra_op_num_threads = intra_op_threads
     so.inter_op_num_threads = 1
+    so.enable_cpu_mem_arena = mem_arena
     so.add_session_config_entry("session.intra_op.allow_spinning", "1" if spinning else "0")
     so.log_severity_level = ORT_LOG_SEVERITY
     source = model if isinstance(model, bytes) else str(model)
@@ -143,7 +150,8 @@ class ModelRegistry:
             try:
                 rec = self.store.verify_files(model_id)
                 path, threads = self.store.model_path(model_id), self.intra_op_threads(model_id)
-                sess = cpu_session(path, threads, self.settings.onnx_spinning)
+                arena = self.store.spec(model_id).mem_arena is not False
+                sess = cpu_session(path, threads, self.settings.onnx_spinning, arena)
             except ModelNotInstalled:
                 raise
             except ModelError as e:

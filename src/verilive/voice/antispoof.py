@@ -233,7 +233,9 @@ class AntiSpoof:
     ) -> None:
         source = Path(params_path) if params_path is not None else packaged_path(PACKAGED_ID)
         data = source.read_bytes()
-        self.session = cpu_session(data, intra_op_threads)  # 0 threads: one per core
+        # 0 threads: one per core. No arena: input lengths run from 0.5 to 30 s, and the arena would keep
+        # the largest run's activations for good (docs/antispoof.md, Speed and memory).
+        self.session = cpu_session(data, intra_op_threads, mem_arena=False)
         meta = self.session.get_modelmeta().custom_metadata_map
         self.meta: dict[str, Any] = json.loads(meta.get("verilive_antispoof", "{}"))
         self.frontend = FrontEnd(**self.meta.get("frontend", {}))
