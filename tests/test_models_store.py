@@ -305,6 +305,10 @@ def test_manifest_validation(ckpt: Path) -> None:
             _manifest(bad)
     with pytest.raises(ModelError, match="intra_op_thread"):  # typo: unknown keys are refused
         _manifest({**_spec(_url(), ckpt), "intra_op_thread": 1})
+    assert _manifest({**_spec(_url(), ckpt), "mem_arena": False}).get("tiny").mem_arena is False
+    for bad_arena in ("false", 0):
+        with pytest.raises(ModelError, match="mem_arena"):
+            _manifest({**_spec(_url(), ckpt), "mem_arena": bad_arena})
 
 
 # --- resolution and refusal -------------------------------------------------------------------------
@@ -711,6 +715,19 @@ def test_session_threads_setting_wins_over_manifest_hint(
     assert opts.intra_op_num_threads == threads
     # idle threads must not busy-wait: on 2 cores that slowed every request (docs/benchmarks.md)
     assert opts.get_session_config_entry("session.intra_op.allow_spinning") == "0"
+    assert opts.enable_cpu_mem_arena  # the default; only a manifest hint turns it off
+
+
+def test_session_without_arena_by_manifest_hint(
+    onnx_model: Path, models_dir: Path, no_upstream: None
+) -> None:
+    store = ModelStore(
+        models_dir, mirror=onnx_model.parent, manifest=_manifest({**_native(onnx_model), "mem_arena": False})
+    )
+    store.pull("tiny")
+    reg = ModelRegistry(Settings(models_dir=models_dir, model_mirror=None), store=store)
+    assert not reg.session("tiny").get_session_options().enable_cpu_mem_arena
+    assert default_manifest().get("whisper_base_encoder").mem_arena is False  # 0.5-30 s inputs
 
 
 def test_spinning_setting(
