@@ -1279,8 +1279,11 @@ def run_lcnn(
         lcfg = TrainConfig(epochs=logo_epochs, oc_weight=cfg_oc)
         lfcm = replace(FCM_CFG, epochs=LOGO_FCM_EPOCHS, oc_weight=cfg_oc)
         # control: the same short schedule with every generator seen (held-out speakers only)
-        ctl = train_model(d, tr, va, lcfg, lfcm, logo_seed, "[control] ", logo_members)
-        ctl_te = bona_logodds(ctl.logits(d, te))
+        if os.environ.get("VERILIVE_LOGO_NO_CONTROL"):  # a probe: no in-domain column (NaN)
+            ctl_te = np.full(len(te), np.nan)
+        else:
+            ctl = train_model(d, tr, va, lcfg, lfcm, logo_seed, "[control] ", logo_members)
+            ctl_te = bona_logodds(ctl.logits(d, te))
         ctl_bona = ctl_te[d.lab[te] == "bonafide"]
         for g in sorted(set(d.gen[d.lab != "bonafide"])):
             if logo_generators and g not in logo_generators:
