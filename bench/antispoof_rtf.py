@@ -3,7 +3,7 @@
     python -m bench.antispoof_rtf [--repeats 10]
 
 Prints the median wall time of each stage (VAD speech check, spectrogram, utterance cues, CAM++
-front statistics, network)
+front statistics, Whisper base layer statistics, network)
 and of the whole ``AntiSpoof.evaluate``, and the RTF = median time / audio duration, in wall clock
 and in CPU seconds of this process (all threads) per second of audio.
 ``VERILIVE_ONNX_SPINNING=true`` measures with onnxruntime's busy-waiting threads (docs/benchmarks.md).
@@ -36,7 +36,7 @@ def main() -> None:
         x = np.tile(speech, 3)[: seconds * 16000]
         audio = Audio(x.reshape(-1, 1), 16000)
         anti.evaluate(audio)  # warm-up
-        names = ("vad", "spectrogram", "cues", "campplus-fcm", "networks", "total")
+        names = ("vad", "spectrogram", "cues", "campplus-fcm", "whisper", "networks", "total")
         stages: dict[str, list[float]] = {k: [] for k in names}
         cpu: list[float] = []
         for _ in range(args.repeats):
@@ -49,13 +49,15 @@ def main() -> None:
             t3 = time.perf_counter()
             s = anti.fcm_frames(x)
             t4 = time.perf_counter()
-            anti.logits(f, c, s)
+            w = anti.whisper_features(x)
+            t4w = time.perf_counter()
+            anti.logits(f, c, s, w)
             t5 = time.perf_counter()
             c5 = time.process_time()
             anti.evaluate(audio)
             t6 = time.perf_counter()
             cpu.append(time.process_time() - c5)
-            times = (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t5 - t4, t6 - t5)
+            times = (t1 - t0, t2 - t1, t3 - t2, t4 - t3, t4w - t4, t5 - t4w, t6 - t5)
             for k, dt in zip(stages, times, strict=True):
                 stages[k].append(dt * 1000)
         print(f"{seconds} s of speech")
