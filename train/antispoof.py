@@ -1265,14 +1265,12 @@ def run_lcnn(
             f"## Leave-one-generator-out EER (generator never trained on; vs held-out bona fide; "
             f"networks {logo_epochs} and {LOGO_FCM_EPOCHS} epochs, {logo_members} seed(s) each)\n"
         )
-        extra = [" | network one-class alone | front one-class alone", ""][cfg_oc == 0]
         out(
-            "| class | held-out generator | clips | EER, generator left out | network alone "
-            "| front network alone | front regression alone | two networks only "
-            "| previous rule (4-way product)" + extra + " "
-            "| EER, in-domain, same schedule |"
+            "| class | held-out generator | clips | EER, generator left out | "
+            + " | ".join(alternative_names(len(ALTERNATIVES) + (2 if cfg_oc else 0)))
+            + " | EER, in-domain, same schedule |"
         )
-        out("|---|---|---|---|---|---|---|---|---|" + ("---|---|" if cfg_oc else "") + "---|")
+        out("|---|---|---|---|" + "---|" * (len(ALTERNATIVES) + (2 if cfg_oc else 0)) + "---|")
         rows = []
         near: list[tuple[str, float]] = []  # EERs without the far-field part of the data
         bona_near = np.array([d.gen[i] != "far-field" for i in bona_te])
