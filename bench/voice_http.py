@@ -29,18 +29,25 @@ LIBRI = SHARED / "data/voice/librispeech_251spk_gender"
 
 
 def clips(n: int, seconds: float = 3.0) -> list[bytes]:
+    """n clips of ``seconds``; a file shorter than that is continued with the next ones."""
+    files = sorted(LIBRI.glob("*.flac"))
     out = []
-    for f in sorted(LIBRI.glob("*.flac"))[:n]:
-        x, sr = sf.read(f, dtype="int16")
-        out.append(x[: int(seconds * sr)].astype("<i2").tobytes())
+    for i in range(n):
+        parts, have, j = [], 0, i
+        while have < seconds * 16000:
+            x, _ = sf.read(files[j % len(files)], dtype="int16")
+            parts.append(x)
+            have += x.size
+            j += n
+        out.append(np.concatenate(parts)[: int(seconds * 16000)].astype("<i2").tobytes())
     return out
 
 
 ANTISPOOF_PATH = "/antispoof_engine/is_spoof_samples?sample_rate=16000"
 
 
-def throughput(clients: int, requests: int, antispoof: bool = False) -> None:
-    bodies = clips(50)
+def throughput(clients: int, requests: int, antispoof: bool = False, seconds: float = 3.0) -> None:
+    bodies = clips(50, seconds)
     with server("voice") as (url, pid), httpx.Client(base_url=url, timeout=120) as c:
         path = (
             ANTISPOOF_PATH
@@ -62,7 +69,7 @@ def throughput(clients: int, requests: int, antispoof: bool = False) -> None:
         wall = time.perf_counter() - t0
         rss, peak = rss_mb(pid)
     what = "anti-spoofing checks" if antispoof else "template creations"
-    print(f"{requests} {what} of 3 s clips, {clients} concurrent clients")
+    print(f"{requests} {what} of {seconds:g} s clips, {clients} concurrent clients")
     print(f"throughput: {requests / wall:.1f} per second")
     print(f"server ms: {summary(times)}")
     print(f"server RSS: {rss:.0f} MiB now, {peak:.0f} MiB peak")
@@ -107,12 +114,13 @@ def main() -> None:
     t.add_argument("--clients", type=int, default=4)
     t.add_argument("--requests", type=int, default=200)
     t.add_argument("--antispoof", action="store_true", help="the anti-spoofing call instead")
+    t.add_argument("--seconds", type=float, default=3.0, help="clip length (LibriSpeech, 16 kHz)")
     i = sub.add_parser("identify")
     i.add_argument("--size", type=int, default=100_000)
     i.add_argument("--repeats", type=int, default=20)
     args = ap.parse_args()
     if args.what == "throughput":
-        throughput(args.clients, args.requests, args.antispoof)
+        throughput(args.clients, args.requests, args.antispoof, args.seconds)
     else:
         identify(args.size, args.repeats)
 
