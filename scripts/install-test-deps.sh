@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs the Debian packages the test suite runs as real programs: PostgreSQL, Redis and nginx
 # (tests/servers.py, tests/test_deploy_files.py), Chromium and chromedriver
-# (tests/test_capture_browser.py), espeak-ng and codec2 (tests/test_antispoof.py). `make test` runs it
+# (tests/test_capture_browser.py), espeak-ng and codec2 (tests/test_antispoof.py), the AMR-NB and Opus
+# codec libraries (common/telephone.py, tests/test_telephone.py). `make test` runs it
 # before pytest. The tests never install anything: a missing program fails them with a message
 # naming this script (the browser and `nginx -t` tests skip instead when not run as root).
 #
@@ -35,6 +36,11 @@ has_postgres() {
     return 1
 }
 
+# has_lib <soname>: a shared library the dynamic linker knows.
+has_lib() {
+    ldconfig -p 2>/dev/null | grep -q "$1" || [[ -e /usr/lib/x86_64-linux-gnu/$1 || -e /usr/lib/aarch64-linux-gnu/$1 ]]
+}
+
 check() {
     missing=()
     has_postgres || missing+=(postgresql)
@@ -44,6 +50,8 @@ check() {
     has /usr/bin/chromedriver || missing+=(chromium-driver)
     has espeak-ng || missing+=(espeak-ng)
     has c2enc || missing+=(codec2)
+    has_lib libopencore-amrnb.so.0 || missing+=(libopencore-amrnb0)
+    has_lib libopus.so.0 || missing+=(libopus0)
     # As root the tests run PostgreSQL as the `postgres` user through runuser.
     has runuser /usr/sbin/runuser || missing+=(util-linux)
 }
