@@ -20,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import numpy as np
 import soundfile as sf
+import soxr
 
 from bench._common import SHARED, rss_mb, server, server_ms, summary
 from verilive.voice.engine import INIT_DATA_ID
@@ -75,17 +76,31 @@ def throughput(clients: int, requests: int, antispoof: bool = False, seconds: fl
     print(f"server RSS: {rss:.0f} MiB now, {peak:.0f} MiB peak")
 
 
-def identify(size: int, repeats: int) -> None:
-    rng = np.random.default_rng(0)
+def _units(rng: np.random.Generator, size: int) -> np.ndarray:
     units = rng.standard_normal((size, 192)).astype(np.float32)
-    units /= np.linalg.norm(units, axis=1, keepdims=True)
-    codes, scales = quantise(units)
-    list_text = IdentificationList(INIT_DATA_ID, codes, scales).encode()
+    return units / np.linalg.norm(units, axis=1, keepdims=True)
+
+
+def identify(size: int, repeats: int, list_version: int = 2, probe_rate: int = 16000) -> None:
+    """A list of ``size`` random rows (version 2: wideband rows with both views) and one probe made
+    by the server from LibriSpeech at ``probe_rate`` (8000: a telephone probe, the two-product case)."""
+    rng = np.random.default_rng(0)
+    codes, scales = quantise(_units(rng, size))
+    if list_version == 1:
+        ident = IdentificationList(INIT_DATA_ID, codes, scales)
+    else:
+        cross_codes, cross_scales = quantise(_units(rng, size))
+        ident = IdentificationList(
+            INIT_DATA_ID, codes, scales, np.full(size, 3, np.uint8), cross_codes, cross_scales
+        )
+    list_text = ident.encode()
     with server("voice") as (url, pid), httpx.Client(base_url=url, timeout=120) as c:
-        x, _ = sf.read(sorted(LIBRI.glob("*.flac"))[0], dtype="int16")
+        x, sr = sf.read(sorted(LIBRI.glob("*.flac"))[0], dtype="float32")
+        if probe_rate != sr:
+            x = soxr.resample(x, sr, probe_rate)
         probe = c.post(
-            "/voice_template_factory/create_voice_template_from_samples?sample_rate=16000",
-            content=x.astype("<i2").tobytes(),
+            f"/voice_template_factory/create_voice_template_from_samples?sample_rate={probe_rate}",
+            content=(np.clip(x, -1, 1) * 32767).astype("<i2").tobytes(),
             headers={"content-type": "application/octet-stream"},
         ).json()
         # Encoded once: the client's own JSON encoding would compete with the server for the CPU.
@@ -102,7 +117,10 @@ def identify(size: int, repeats: int) -> None:
             if i >= 2:  # the first calls warm allocators up
                 times.append(server_ms(r))
         rss, peak = rss_mb(pid)
-    print(f"identify against {size} templates (list {len(list_text) / 1e6:.1f} MB as base64)")
+    print(
+        f"identify against {size} templates (list version {list_version}, {len(list_text) / 1e6:.1f} MB "
+        f"as base64), probe at {probe_rate} Hz"
+    )
     print(f"server ms: {summary(times)}")
     print(f"server RSS: {rss:.0f} MiB now, {peak:.0f} MiB peak")
 
@@ -118,11 +136,13 @@ def main() -> None:
     i = sub.add_parser("identify")
     i.add_argument("--size", type=int, default=100_000)
     i.add_argument("--repeats", type=int, default=20)
+    i.add_argument("--list-version", type=int, choices=(1, 2), default=2)
+    i.add_argument("--probe-rate", type=int, choices=(8000, 16000), default=16000)
     args = ap.parse_args()
     if args.what == "throughput":
         throughput(args.clients, args.requests, args.antispoof, args.seconds)
     else:
-        identify(args.size, args.repeats)
+        identify(args.size, args.repeats, args.list_version, args.probe_rate)
 
 
 if __name__ == "__main__":

@@ -380,6 +380,10 @@ def main(argv: list[str] | None = None) -> int:
         "date": time.strftime("%Y-%m-%d"),
         "command": COMMAND,
     }
+    # the channel-pair parameters are eval/telephone.py's (issue 30): kept as they are
+    if CALIBRATION_JSON.exists():
+        old = json.loads(CALIBRATION_JSON.read_text())
+        record.update({k: v for k, v in old.items() if k.startswith("pairs")})
     CALIBRATION_JSON.write_text(json.dumps(record, indent=2, ensure_ascii=False) + "\n")
     plot_reliability(
         p_cv,

@@ -32,7 +32,7 @@ from verilive.voice.age import AgeModel
 from verilive.voice.channel import resolve_channel
 from verilive.voice.engine import SpeechAnalysis, VoiceEngine
 from verilive.voice.schemas import ChannelType, Gender, PhoneCallParticipant
-from verilive.voice.templates import VoiceTemplate, cosine, require_same_space
+from verilive.voice.templates import VoiceTemplate, require_same_space
 
 GENDER_MODEL_FILE = "gender_model.json"
 GENDER_PACKAGED_ID = "gender"  # its id in the manifest's packaged section
@@ -182,4 +182,4 @@ class AttributesEstimator:
 
     def best_probability(self, template: VoiceTemplate, enrolled: Iterable[VoiceTemplate]) -> float:
         """Highest calibrated same-speaker probability against ``enrolled`` (0 when empty)."""
-        return max((self.engine.calibration.probability(cosine(template, t)) for t in enrolled), default=0.0)
+        return max((self.engine.compare(template, t)[1] for t in enrolled), default=0.0)

@@ -20,11 +20,41 @@ TEL_RAMP_HZ = 100.0  # raised-cosine edge of the high-pass, avoids ringing
 CHANNEL_FLAG = {ChannelType.MIC: 1, ChannelType.TEL: 2, ChannelType.MIXED: 3}
 
 
-def resolve_channel(channel: ChannelType | None, sample_rate: int) -> ChannelType:
-    """No channel given: narrowband audio is telephone audio, wideband is a microphone."""
+# Telephone audio resampled to a wideband rate keeps nothing above 4 kHz (-115 dB and below of
+# the 0.3-3.4 kHz band, measured through G.711 and AMR-NB); real wideband speech keeps fricatives
+# there (median -16 dB, lowest -57 dB over 180 LibriSpeech, speechocean762 and Common Voice
+# clips; docs/telephone.md).
+BAND_LIMITED_DB = -80.0
+
+
+def resolve_channel(
+    channel: ChannelType | None, sample_rate: int, wave: np.ndarray | None = None
+) -> ChannelType:
+    """No channel given: narrowband audio is telephone audio, and so is wideband-rate audio with
+    nothing above 4 kHz (``wave``: a phone call uploaded at 16 kHz); the rest is a microphone."""
     if channel is not None:
         return channel
-    return ChannelType.TEL if sample_rate <= TEL_RATE else ChannelType.MIC
+    if sample_rate <= TEL_RATE:
+        return ChannelType.TEL
+    if wave is not None and high_band_db(wave, sample_rate) < BAND_LIMITED_DB:
+        return ChannelType.TEL
+    return ChannelType.MIC
+
+
+def high_band_db(wave: np.ndarray, sample_rate: int) -> float:
+    """Power in 4.2-7.6 kHz relative to 0.3-3.4 kHz, in dB (-inf for silence)."""
+    x = np.asarray(wave, np.float64)
+    if x.size < 512 or sample_rate < 16000:
+        return 0.0
+    n = 1024
+    frames = np.lib.stride_tricks.sliding_window_view(x, n)[:: n // 2]
+    spec = np.mean(np.abs(np.fft.rfft(frames * np.hanning(n), axis=1)) ** 2, axis=0)
+    f = np.fft.rfftfreq(n, 1.0 / sample_rate)
+    low = spec[(f >= 300) & (f <= 3400)].sum()
+    high = spec[(f >= 4200) & (f <= 7600)].sum()
+    if low <= 0:
+        return 0.0
+    return float(10 * np.log10(high / low)) if high > 0 else float("-inf")
 
 
 def highpass(wave: np.ndarray, sample_rate: int, cutoff: float, ramp: float) -> np.ndarray:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 
 import numpy as np
@@ -23,13 +23,13 @@ from verilive.models.store import packaged_path
 from verilive.numeric import sigmoid
 from verilive.voice import snr as snr_mod
 from verilive.voice.campplus import CamPlusPlus
-from verilive.voice.channel import CHANNEL_FLAG, model_inputs, resolve_channel
+from verilive.voice.channel import CHANNEL_FLAG, model_inputs, resolve_channel, telephone_band
 from verilive.voice.diarization import Diarizer
 from verilive.voice.idlist import IdentificationList
 from verilive.voice.quality import QualityMetrics
 from verilive.voice.schemas import ChannelType
 from verilive.voice.segmentation import Segmenter
-from verilive.voice.templates import VoiceTemplate, cosine, merge
+from verilive.voice.templates import PAIRS, VoiceTemplate, merge, pair_views
 from verilive.voice.vad import SileroVad, VadConfig, segments_from_probabilities
 
 INIT_DATA_ID = "verilive-campplus-v1"
@@ -49,21 +49,42 @@ class NoSpeech(InvalidInput):
 
 @dataclass(frozen=True)
 class MatchCalibration:
+    """p(same speaker) = sigmoid(a * score + b), with (a, b) per channel pair of
+    ``templates.PAIRS`` (docs/telephone.md); ``a``, ``b`` are MIC-MIC's, and a pair without its own
+    parameters uses them."""
+
     a: float
     b: float
+    pairs: dict[str, tuple[float, float]] = field(default_factory=dict)
 
     @classmethod
     def packaged(cls) -> MatchCalibration:
         data = json.loads(packaged_path("match_calibration").read_text())
-        return cls(float(data["a"]), float(data["b"]))
+        pairs = {k: (float(v["a"]), float(v["b"])) for k, v in data.get("pairs", {}).items()}
+        return cls(float(data["a"]), float(data["b"]), pairs)
 
-    def probability(self, score: float) -> float:
-        return sigmoid(self.a * score + self.b)
+    def coefficients(self, pair: str = "MIC-MIC") -> tuple[float, float]:
+        return self.pairs.get(pair, (self.a, self.b))
 
-    def threshold_for(self, probability: float) -> float:
+    def probability(self, score: float, pair: str = "MIC-MIC") -> float:
+        a, b = self.coefficients(pair)
+        return sigmoid(a * score + b)
+
+    def threshold_for(self, probability: float, pair: str = "MIC-MIC") -> float:
         """The score at which the calibrated probability equals `probability`."""
+        a, b = self.coefficients(pair)
         logit = math.log(probability / (1.0 - probability))
-        return (logit - self.b) / self.a
+        return (logit - b) / a
+
+    def common_scale(self, scores: np.ndarray, pairs: np.ndarray) -> np.ndarray:
+        """Scores of several channel pairs (indexes into ``PAIRS``) moved onto the MIC-MIC scale,
+        the score MIC-MIC would need for the same probability: one threshold serves them all."""
+        out = np.asarray(scores, np.float64).copy()
+        for i, pair in enumerate(PAIRS[1:], start=1):
+            a, b = self.coefficients(pair)
+            m = pairs == i
+            out[m] = (a * out[m] + b - self.b) / self.a
+        return out.astype(np.float32)
 
 
 @dataclass(frozen=True)
@@ -232,23 +253,35 @@ class VoiceEngine:
         channel: ChannelType | None = None,
         configuration: str | None = None,
         analysis: SpeechAnalysis | None = None,
+        telephone_view: bool = True,
     ) -> VoiceTemplate:
+        """A version-2 template: telephone audio (``TEL``, or no channel and narrowband input)
+        gives its telephone-band view only; wideband audio (``MIC``, ``MIXED``) its wideband view
+        and, unless ``telephone_view`` is False, the view of its telephone-band version."""
         check_configuration(configuration)
         a = analysis or self.analyse(audio)
         if a.speech_samples == 0:
             raise NoSpeech("No speech was found in the audio; a voice template needs speech")
-        ch = resolve_channel(channel, a.sample_rate)
-        units = []
-        for wave16k in model_inputs(a.speech_only(), a.sample_rate, ch):
-            e = self.embedder.embed(wave16k, relu=EMBED_RELU)
-            units.append(e / np.linalg.norm(e))
-        return VoiceTemplate(
-            init_data_id=INIT_DATA_ID,
-            embedding=np.mean(units, axis=0).astype(np.float32),
-            merge_count=1,
-            speech_ms=a.speech_ms,
-            channel=CHANNEL_FLAG[ch],
-        )
+        speech = a.speech_only()
+        ch = resolve_channel(channel, a.sample_rate, speech)
+        if ch is ChannelType.TEL:
+            return VoiceTemplate(INIT_DATA_ID, self._unit_embedding(telephone_band(speech, a.sample_rate)),
+                                 1, a.speech_ms, CHANNEL_FLAG[ch])  # fmt: skip
+        wide = model_inputs(speech, a.sample_rate, ChannelType.MIC)[0]
+        if not telephone_view:
+            return VoiceTemplate(INIT_DATA_ID, self._unit_embedding(wide), 1, a.speech_ms, CHANNEL_FLAG[ch])
+        # wideband audio: its own view, and the view of its telephone-band version that matching
+        # uses against telephone templates (docs/telephone.md); one batch of two for CAM++
+        tel = telephone_band(speech, a.sample_rate)[: wide.size]
+        tel = np.pad(tel, (0, wide.size - tel.size))  # same length: the batch is two plain runs
+        feats = [self.embedder.features(w) for w in (wide, tel)]
+        e = self.embedder.embed_batch(feats, batch_size=2)
+        e /= np.linalg.norm(e, axis=1, keepdims=True)
+        return VoiceTemplate(INIT_DATA_ID, e[0], 1, a.speech_ms, CHANNEL_FLAG[ch], telephone=e[1])
+
+    def _unit_embedding(self, wave16k: np.ndarray) -> np.ndarray:
+        e = self.embedder.embed(wave16k, relu=EMBED_RELU)
+        return (e / np.linalg.norm(e)).astype(np.float32)
 
     def merge(self, texts: list[str], configuration: str | None = None) -> str:
         check_configuration(configuration)
@@ -257,10 +290,15 @@ class VoiceEngine:
 
     def match(self, text1: str, text2: str, configuration: str | None = None) -> tuple[float, float]:
         check_configuration(configuration)
-        t1 = VoiceTemplate.decode(text1, "template1")
-        t2 = VoiceTemplate.decode(text2, "template2")
-        score = cosine(t1, t2)
-        return score, self.calibration.probability(score)
+        t1, t2 = VoiceTemplate.decode(text1, "template1"), VoiceTemplate.decode(text2, "template2")
+        return self.compare(t1, t2)
+
+    def compare(self, t1: VoiceTemplate, t2: VoiceTemplate) -> tuple[float, float]:
+        """Score and calibrated same-speaker probability, in the views and calibration of the
+        templates' channel pair (docs/telephone.md)."""
+        pair, u1, u2 = pair_views(t1, t2)
+        score = float(np.clip(np.dot(u1, u2), -1.0, 1.0))
+        return score, self.calibration.probability(score, pair)
 
     # ------------------------------------------------------------------ identification
 
@@ -279,7 +317,8 @@ class VoiceEngine:
         threshold = self.identification_threshold(acceptance_level)
         probe = VoiceTemplate.decode(template_text, "voice_template")
         ident = IdentificationList.decode(list_text)
-        return ident.scores(probe), threshold
+        scores, pairs = ident.pair_scores(probe)
+        return self.calibration.common_scale(scores, pairs), threshold
 
     def identification_threshold(self, acceptance_level: float | None) -> float:
         """acceptance_level is the calibrated same-speaker probability a match must reach."""
