@@ -75,9 +75,11 @@ def scenarios() -> list[Scenario]:
     for line in LINES:
         out.append(Scenario(f"wideband, v1 default / {line}", "wb", line))
         out.append(Scenario(f"wideband, telephone view / {line}", "wb-TEL", line))
-        out.append(Scenario(f"wideband, v2 (MIC-TEL) / {line}", "wb-MIXED", line))
+        out.append(Scenario(f"wideband, both views / {line}", "wb-MIXED", line))
+        out.append(Scenario(f"wideband, v2 (MIC-TEL, mapped) / {line}", "wb-MIXED+map", f"{line}+map"))
     for line in LINES:
         out.append(Scenario(f"{line} / {line}", line, line))
+        out.append(Scenario(f"{line} / {line}, v2 (TEL-TEL, mapped)", f"{line}+map", f"{line}+map"))
     return out
 
 
@@ -85,8 +87,8 @@ def scenarios() -> list[Scenario]:
 def pair_scenarios() -> dict[str, list[Scenario]]:
     return {
         "MIC-MIC": [Scenario("wideband / wideband", "wb", "wb")],
-        "MIC-TEL": [Scenario(f"v2 / {line}", "wb-MIXED", line) for line in LINES],
-        "TEL-TEL": [Scenario(f"{line} / {line}", line, line) for line in LINES],
+        "MIC-TEL": [Scenario(f"v2 / {line}", "wb-MIXED+map", f"{line}+map") for line in LINES],
+        "TEL-TEL": [Scenario(f"{line} / {line}", f"{line}+map", f"{line}+map") for line in LINES],
     }
 
 
@@ -134,9 +136,13 @@ def code_digest() -> str:
     from verilive.voice import channel, engine
 
     h = hashlib.sha256()
-    for rel in ("common/telephone.py", "src/verilive/voice/campplus.py", "src/verilive/voice/vad.py",
-                "src/verilive/models/manifest.json"):  # fmt: skip
+    for rel in ("common/telephone.py", "src/verilive/voice/campplus.py", "src/verilive/voice/vad.py"):
         h.update((REPO / rel).read_bytes())
+    import json
+
+    models = json.loads((REPO / "src/verilive/models/manifest.json").read_text())["models"]
+    used = [m for m in models if m["id"] in ("campplus", "silero_vad")]
+    h.update(json.dumps(used, sort_keys=True).encode())
     for part in (inspect.getsource(channel.telephone_band), inspect.getsource(channel.highpass),
                  repr(engine.TEMPLATE_VAD), engine.INIT_DATA_ID, str(engine.EMBED_RELU)):  # fmt: skip
         h.update(part.encode())
@@ -218,12 +224,16 @@ def main() -> None:
     ap.add_argument(
         "--calibrate", action="store_true", help="write the per-pair calibration into calibration.json"
     )
+    ap.add_argument("--write-map", action="store_true", help="fit the telephone map on all corpora, write it")
     args = ap.parse_args()
     root = data_root(None)
     corpora = args.corpora.split(",")
     trials = {c: corpus_trials(c, root) for c in corpora}
     snippets = snippets_of([t for ts in trials.values() for t in ts])
     emb = embed_views(snippets, root, args.cache)
+    add_mapped_views(emb, trials)
+    if args.write_map:
+        write_map(emb, trials)
     results: dict[str, dict[str, float]] = {}
     curves: dict[str, DetCurve] = {}
     for sc in scenarios():
@@ -244,6 +254,55 @@ def main() -> None:
     calibration = calibrate(trials, emb, write=args.calibrate)
     if not args.no_docs:
         write_docs(results, counts, curves, calibration)
+
+
+MAP_LAMBDA = 10.0  # ridge towards the identity; 1 and 100 were worse leaving one corpus out
+MAP_VIEWS = ("wb-TEL", *LINES)  # telephone views mapped onto the wideband view of the same recording
+MAP_NPY = REPO / "src" / "verilive" / "voice" / "telephone_map.npy"
+
+
+def fit_map(emb: dict[str, dict[str, np.ndarray]], keys: list[str], lam: float = MAP_LAMBDA) -> np.ndarray:
+    """W minimising |X W - Y|^2 + lam |W - I|^2: X the unit telephone views (the telephone band of
+    the original and every line's copy), Y the unit wideband view of the same recording."""
+    xs, ys = [], []
+    for k in keys:
+        y = emb["wb"][k]
+        for v in MAP_VIEWS:
+            x = emb[v][k]
+            if np.all(np.isfinite(x)) and np.all(np.isfinite(y)):
+                xs.append(x)
+                ys.append(y)
+    x, y = np.array(xs, np.float64), np.array(ys, np.float64)
+    d = x.shape[1]
+    return np.linalg.solve(x.T @ x + lam * np.eye(d), x.T @ y + lam * np.eye(d)).astype(np.float32)
+
+
+def _keys(ts: list[Trial], skip: frozenset[str] | set[str] = frozenset()) -> list[str]:
+    return sorted({s.key for t in ts for s in (t.a, t.b) if s.speaker not in skip})
+
+
+def add_mapped_views(emb: dict[str, dict[str, np.ndarray]], trials: dict[str, list[Trial]]) -> None:
+    """``<line>+map`` and ``wb-MIXED+map``: the views as version 2 compares them, each corpus's
+    snippets mapped by a map fitted **without that corpus** (leave one corpus out; the identity
+    when only one corpus is run)."""
+    for view in [*LINES, "wb-MIXED"]:
+        emb[f"{view}+map"] = {}
+    for c, ts in trials.items():
+        others = [t for o, tt in trials.items() if o != c for t in tt]
+        w = fit_map(emb, _keys(others)) if others else np.eye(192, dtype=np.float32)
+        for k in _keys(ts):
+            for line in LINES:
+                emb[f"{line}+map"][k] = _unit(_unit(emb[line][k]) @ w)
+            emb["wb-MIXED+map"][k] = _unit(_unit(emb["wb"][k]) + _unit(_unit(emb["wb-TEL"][k]) @ w))
+
+
+def write_map(emb: dict[str, dict[str, np.ndarray]], trials: dict[str, list[Trial]]) -> None:
+    """The shipped map: fitted on every corpus but the speakers held aside for the tests."""
+    aside = held_aside(trials)
+    w = fit_map(emb, _keys([t for ts in trials.values() for t in ts], aside))
+    np.save(MAP_NPY, w.astype("<f4"))
+    dist = float(np.linalg.norm(w - np.eye(w.shape[0])))
+    print(f"wrote {MAP_NPY} ({w.shape[0]} x {w.shape[1]}, |W - I| = {dist:.3f})")
 
 
 def calibrate(
@@ -344,11 +403,11 @@ def write_docs(
         )
     replace_section(DOCS_MD, "telephone-results", "\n".join(lines) + "\n")
     fig, (ax, bx) = plt.subplots(1, 2, figsize=(14, 6.5))
-    shown = [n for n in curves if "v1 default" not in n and "telephone view" not in n]
+    shown = [n for n in curves if n.startswith("wideband / wideband") or "v2 (" in n]
     colours = plt.get_cmap("tab20")(np.linspace(0, 1, len(shown)))
     for name, colour in zip(shown, colours, strict=True):
         c = curves[name]
-        style = "-" if "/ wideband" in name or "MIC-TEL" in name else "--"
+        style = "--" if "TEL-TEL" in name else "-"
         ax.plot(c.x, c.y, style, color=colour, label=f"{name} (EER {results[name]['pooled']:.2%})")
     ticks = [0.001, 0.01, 0.05, 0.2, 0.5]
     ax.set_xlim(metrics.probit(np.array(5e-4)), metrics.probit(np.array(0.6)))

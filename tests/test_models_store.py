@@ -794,7 +794,15 @@ def test_packaged_models_resolve_through_the_store(tmp_path: Path) -> None:
 
     m = default_manifest()
     ids = [p.id for p in m.packaged]
-    assert ids == ["antispoof", "gender", "age", "match_calibration", "facepad", "face_fusion"]
+    assert ids == [
+        "antispoof",
+        "gender",
+        "age",
+        "match_calibration",
+        "telephone_map",
+        "facepad",
+        "face_fusion",
+    ]
     for p in m.packaged:
         path = packaged_path(p.id)
         assert path.is_file() and path.name == p.file and path.stat().st_size > 100

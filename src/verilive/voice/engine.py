@@ -24,6 +24,7 @@ from verilive.numeric import sigmoid
 from verilive.voice import snr as snr_mod
 from verilive.voice.campplus import CamPlusPlus
 from verilive.voice.channel import CHANNEL_FLAG, model_inputs, resolve_channel, telephone_band
+from verilive.voice.channel_map import TelephoneMap
 from verilive.voice.diarization import Diarizer
 from verilive.voice.idlist import IdentificationList
 from verilive.voice.quality import QualityMetrics
@@ -142,11 +143,14 @@ class VoiceEngine:
         embedder: CamPlusPlus,
         calibration: MatchCalibration,
         diarizer: Diarizer | None = None,
+        tel_map: TelephoneMap | None = None,
     ) -> None:
-        """``diarizer``: needed by diarization and the multiple-speaker score; None leaves them out."""
+        """``diarizer``: needed by diarization and the multiple-speaker score; None leaves them out.
+        ``tel_map``: the telephone channel map matching applies to telephone views (None: none)."""
         self.vad = vad
         self.embedder = embedder
         self.calibration = calibration
+        self.tel_map = tel_map
         self._diarizer = diarizer
         # The multiple-speaker score asks whether someone else speaks at all: one speaker per instant,
         # as when its constants were measured (docs/voice.md).
@@ -160,6 +164,7 @@ class VoiceEngine:
             embedder,
             MatchCalibration.packaged(),
             Diarizer(Segmenter.from_registry(registry), embedder),
+            TelephoneMap.packaged(),
         )
 
     @property
@@ -296,7 +301,7 @@ class VoiceEngine:
     def compare(self, t1: VoiceTemplate, t2: VoiceTemplate) -> tuple[float, float]:
         """Score and calibrated same-speaker probability, in the views and calibration of the
         templates' channel pair (docs/telephone.md)."""
-        pair, u1, u2 = pair_views(t1, t2)
+        pair, u1, u2 = pair_views(t1, t2, self.tel_map)
         score = float(np.clip(np.dot(u1, u2), -1.0, 1.0))
         return score, self.calibration.probability(score, pair)
 
@@ -304,12 +309,12 @@ class VoiceEngine:
 
     def create_list(self, texts: list[str]) -> str:
         templates = [VoiceTemplate.decode(t, f"voice template #{i}") for i, t in enumerate(texts)]
-        return IdentificationList.from_templates(templates, INIT_DATA_ID).encode()
+        return IdentificationList.from_templates(templates, INIT_DATA_ID, self.tel_map).encode()
 
     def enrich_list(self, list_text: str, texts: list[str]) -> str:
         ident = IdentificationList.decode(list_text)
         templates = [VoiceTemplate.decode(t, f"voice template #{i}") for i, t in enumerate(texts)]
-        return ident.extend(templates).encode()
+        return ident.extend(templates, self.tel_map).encode()
 
     def identify(
         self, template_text: str, list_text: str, acceptance_level: float | None
@@ -317,7 +322,7 @@ class VoiceEngine:
         threshold = self.identification_threshold(acceptance_level)
         probe = VoiceTemplate.decode(template_text, "voice_template")
         ident = IdentificationList.decode(list_text)
-        scores, pairs = ident.pair_scores(probe)
+        scores, pairs = ident.pair_scores(probe, self.tel_map)
         return self.calibration.common_scale(scores, pairs), threshold
 
     def identification_threshold(self, acceptance_level: float | None) -> float:

@@ -17,7 +17,7 @@ import binascii
 import math
 import struct
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -31,8 +31,10 @@ from verilive.voice.templates import (
     TemplateMismatch,
     VoiceTemplate,
     cross_view,
-    unit_vector,
+    tel_view,
 )
+
+TelMap = Callable[[np.ndarray], np.ndarray]  # the engine's TelephoneMap (voice/channel_map.py)
 
 MAGIC = b"VLIL"
 VERSION = 2
@@ -75,7 +77,12 @@ class IdentificationList:
         return cls(init_data_id, z8, zf, np.zeros(0, np.uint8), z8, zf)
 
     @classmethod
-    def from_templates(cls, templates: Sequence[VoiceTemplate], init_data_id: str) -> IdentificationList:
+    def from_templates(
+        cls, templates: Sequence[VoiceTemplate], init_data_id: str, tel_map: TelMap | None = None
+    ) -> IdentificationList:
+        """Version 2 rows: wideband templates by their wideband view and their cross direction,
+        telephone templates by their telephone view, both through ``tel_map`` (the engine's
+        ``TelephoneMap``) as ``templates.pair_views`` compares them."""
         if not templates:
             raise ListError("Give at least one voice template", code="EMPTY_LIST")
         for t in templates:
@@ -83,27 +90,20 @@ class IdentificationList:
                 raise TemplateMismatch(
                     f"Voice template of init data '{t.init_data_id}' cannot join a list of '{init_data_id}'"
                 )
-        units = np.stack([t.unit() for t in templates])
-        codes, scales = quantise(units)
         if any(t.version < 2 for t in templates):  # a version-1 template: a version-1 list, as before
-            return cls(init_data_id, codes, scales)
-        masks = np.array(
-            [(WIDE if t.wide is not None else 0) | (TEL if t.tel is not None else 0) for t in templates],
-            np.uint8,
-        )
-        cross = np.stack(
-            [
-                cross_view(t) if t.wide is not None and t.tel is not None else np.zeros_like(units[0])
-                for t in templates
-            ]
-        )
+            return cls(init_data_id, *quantise(np.stack([t.unit() for t in templates])))
+        units = np.stack([t.unit() if t.wide is not None else tel_view(t, tel_map) for t in templates])
+        codes, scales = quantise(units)
+        masks = np.array([_mask(t) for t in templates], np.uint8)
+        zero = np.zeros_like(units[0])
+        cross = np.stack([cross_view(t, tel_map) if _mask(t) == WIDE | TEL else zero for t in templates])
         cross_codes, cross_scales = quantise(cross)
         return cls(init_data_id, codes, scales, masks, cross_codes, cross_scales)
 
-    def extend(self, templates: Sequence[VoiceTemplate]) -> IdentificationList:
+    def extend(self, templates: Sequence[VoiceTemplate], tel_map: TelMap | None = None) -> IdentificationList:
         if not templates:
             raise ListError("Give at least one voice template to add", code="EMPTY_LIST")
-        more = IdentificationList.from_templates(templates, self.init_data_id)
+        more = IdentificationList.from_templates(templates, self.init_data_id, tel_map)
         if more.codes.shape[1] != self.codes.shape[1]:
             raise TemplateMismatch("Voice templates and list have different embedding sizes")
         codes = np.concatenate([self.codes, more.codes])
@@ -125,7 +125,9 @@ class IdentificationList:
         """Cosine similarity of the probe with every row (version 1, or a version-1 probe)."""
         return self.pair_scores(probe)[0]
 
-    def pair_scores(self, probe: VoiceTemplate) -> tuple[np.ndarray, np.ndarray]:
+    def pair_scores(
+        self, probe: VoiceTemplate, tel_map: TelMap | None = None
+    ) -> tuple[np.ndarray, np.ndarray]:
         """The score of the probe against every row, and each row's channel pair (an index into
         ``templates.PAIRS``), as ``templates.pair_views`` compares two templates."""
         if probe.init_data_id != self.init_data_id:
@@ -147,13 +149,12 @@ class IdentificationList:
             out = _product(self.codes, self.scales, q)
             tel_rows = np.flatnonzero(~row_wide)
             if tel_rows.size:
-                pq = cross_view(probe) if probe.tel is not None else q
+                pq = cross_view(probe, tel_map) if probe.tel is not None else q
                 out[tel_rows] = _product(self.codes[tel_rows], self.scales[tel_rows], pq)
                 pairs[tel_rows] = 1
             return out, pairs
         # telephone probe: telephone rows by their telephone view, wideband rows by their cross view
-        assert probe.tel is not None
-        t = unit_vector(probe.tel)
+        t = tel_view(probe, tel_map)
         out = _product(self.codes, self.scales, t)
         pairs[:] = 2
         wide_rows = np.flatnonzero(row_wide & ((self.masks & TEL) > 0))

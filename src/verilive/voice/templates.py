@@ -18,7 +18,7 @@ from __future__ import annotations
 import binascii
 import struct
 import zlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -250,12 +250,16 @@ def cosine(a: VoiceTemplate, b: VoiceTemplate) -> float:
 PAIRS = ("MIC-MIC", "MIC-TEL", "TEL-TEL")
 
 
-def pair_views(a: VoiceTemplate, b: VoiceTemplate) -> tuple[str, np.ndarray, np.ndarray]:
+def pair_views(
+    a: VoiceTemplate, b: VoiceTemplate, tel_map: Callable[[np.ndarray], np.ndarray] | None = None
+) -> tuple[str, np.ndarray, np.ndarray]:
     """The channel pair two templates are compared as, and the unit vectors compared
     (docs/telephone.md): both with a wideband view, their wideband views (MIC-MIC); both of
     telephone audio, their telephone views (TEL-TEL); one of each, the telephone view of the
-    telephone template against the wideband template's telephone view and wideband view together
-    (MIC-TEL). A version-1 template is compared as before issue 30: its one embedding, MIC-MIC."""
+    telephone template against the wideband template's wideband and telephone views together
+    (MIC-TEL). ``tel_map`` (``channel_map.TelephoneMap``) maps every telephone view towards the
+    wideband space first. A version-1 template is compared as before issue 30: its one
+    embedding, MIC-MIC."""
     require_same_space([a, b])
     if a.version < 2 or b.version < 2:
         return "MIC-MIC", a.unit(), b.unit()
@@ -263,17 +267,23 @@ def pair_views(a: VoiceTemplate, b: VoiceTemplate) -> tuple[str, np.ndarray, np.
         return "MIC-MIC", unit_vector(a.wide), unit_vector(b.wide)
     if a.wide is None and b.wide is None:
         assert a.tel is not None and b.tel is not None
-        return "TEL-TEL", unit_vector(a.tel), unit_vector(b.tel)
+        return "TEL-TEL", tel_view(a, tel_map), tel_view(b, tel_map)
     wide, phone = (a, b) if a.wide is not None else (b, a)
-    assert phone.tel is not None
-    cross, tel = cross_view(wide), unit_vector(phone.tel)
+    cross, tel = cross_view(wide, tel_map), tel_view(phone, tel_map)
     return ("MIC-TEL", cross, tel) if wide is a else ("MIC-TEL", tel, cross)
 
 
-def cross_view(t: VoiceTemplate) -> np.ndarray:
+def tel_view(t: VoiceTemplate, tel_map: Callable[[np.ndarray], np.ndarray] | None = None) -> np.ndarray:
+    """The telephone view as compared: mapped by ``tel_map`` when given, unit length."""
+    assert t.tel is not None
+    v = unit_vector(t.tel)
+    return unit_vector(tel_map(v)) if tel_map is not None else v
+
+
+def cross_view(t: VoiceTemplate, tel_map: Callable[[np.ndarray], np.ndarray] | None = None) -> np.ndarray:
     """What a wideband template shows a telephone template: the mean direction of its wideband
-    and telephone-band views (the telephone view alone where it has no wideband one)."""
+    and (mapped) telephone-band views (the wideband view alone where it has no telephone one)."""
     assert t.wide is not None
     if t.tel is None:
         return unit_vector(t.wide)
-    return unit_vector(unit_vector(t.wide) + unit_vector(t.tel))
+    return unit_vector(unit_vector(t.wide) + tel_view(t, tel_map))
