@@ -275,6 +275,43 @@ def test_bad_audio_requests(voice: TestClient, url: str, body: bytes, status: in
     assert_error(voice.post(url, content=body, headers=OCTET), status, code)
 
 
+@pytest.mark.parametrize("declared", [8000, 16000])
+def test_a_wav_file_sent_as_samples_is_400_naming_both_rates(
+    voice: TestClient, speech: dict, declared: int
+) -> None:
+    """A 16 kHz WAV posted to a samples endpoint (sample_rate=8000 or 16000): its header is
+    recognised instead of being read as a voice at the wrong rate, and the answer names both rates."""
+    x, sr = speech["103"]
+    r = voice.post(f"{CREATE}?sample_rate={declared}", content=wav(x, sr), headers=OCTET)
+    assert_error(r, 400, "INVALID_AUDIO")
+    assert f"header says {sr} Hz; sample_rate says {declared} Hz" in r.json()["message"]
+    for url in (
+        "/snr_computer/compute_with_samples",
+        "/speech_summary_engine/get_speech_summary_from_samples",
+    ):
+        assert_error(
+            voice.post(f"{url}?sample_rate={declared}", content=wav(x, sr), headers=OCTET),
+            400,
+            "INVALID_AUDIO",
+        )
+
+
+def test_raw_16khz_samples_declared_as_8khz_do_not_match_their_speaker(
+    voice: TestClient, speech: dict
+) -> None:
+    """Raw samples carry no rate, so 16 kHz audio declared as 8 kHz cannot be refused: it is read as a
+    voice an octave lower and twice as slow. It fails safe: the template does not match the same
+    speaker's template made at the right rate (docs/telephone.md)."""
+    x, sr = speech["103"]
+    right = from_samples(voice, x, sr)
+    wrong = from_samples(voice, x, 8000)
+    r = voice.post(
+        "/voice_template_matcher/match_voice_templates", json={"template1": right, "template2": wrong}
+    )
+    assert r.status_code == 200, r.text
+    assert r.json()["probability"] < 0.5, r.json()
+
+
 def test_no_speech_file_is_400(voice: TestClient) -> None:
     silent = wav(np.zeros(16000 * 2, np.int16), 16000)
     r = voice.post(

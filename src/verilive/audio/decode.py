@@ -154,10 +154,30 @@ def decode_pcm16(data: bytes, sample_rate: int, *, max_seconds: float | None = N
             f"the PCM16 audio body has an odd number of bytes ({n_bytes}); each sample takes "
             "2 bytes, so the last sample is truncated"
         )
+    _reject_container(data, rate)
     _check_duration(n_bytes // 2, rate, limit)
     ints = np.frombuffer(data, dtype="<i2")
     samples = (ints.astype(np.float32) / np.float32(32768.0)).reshape(-1, 1)
     return Audio(samples=samples, sample_rate=rate)
+
+
+def _reject_container(data: bytes, rate: int) -> None:
+    """A file sent where raw samples belong would be read as noise at a made-up rate (a 16 kHz WAV
+    declared as 8 kHz: a voice an octave down). Its header makes it recognisable, so say so."""
+    head = bytes(data[:44])
+    if head[:4] in (b"RIFF", b"RIFX", b"RF64") and head[8:12] == b"WAVE":
+        declared = ""
+        if len(head) >= 28 and head[12:16] == b"fmt ":
+            header_rate = int.from_bytes(head[24:28], "little")
+            declared = f" (its header says {header_rate} Hz; sample_rate says {rate} Hz)"
+        raise AudioDecodeError(
+            f"the body is a WAV file{declared}, not raw PCM16 samples: send its samples, or the file "
+            "to the _file endpoint"
+        )
+    if head[:4] in (b"fLaC", b"OggS") or head[:3] == b"ID3":
+        raise AudioDecodeError(
+            "the body is an audio file, not raw PCM16 samples: send it to the _file endpoint"
+        )
 
 
 def decode_file(data: bytes, content_type: str | None = None, *, max_seconds: float | None = None) -> Audio:
