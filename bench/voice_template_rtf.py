@@ -1,8 +1,11 @@
 """Template creation real-time factor on 10 s of 16 kHz speech (engine only, no HTTP).
 
-    python -m bench.voice_template_rtf [--repeats 30]
+    python -m bench.voice_template_rtf [--repeats 30] [--one-model]
 
-Prints the median wall time per stage and the RTF = time / audio duration.
+Prints the median wall time per stage and the RTF = time / audio duration. A wideband template has
+two views: the wideband one from ``campplus`` and the telephone one from ``campplus_tel``;
+``--one-model`` makes both with ``campplus`` in one batch of two (before the adapted model, for
+comparison).
 """
 
 from __future__ import annotations
@@ -38,8 +41,11 @@ def ten_seconds() -> np.ndarray:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeats", type=int, default=30)
+    ap.add_argument("--one-model", action="store_true", help="telephone views from campplus too")
     args = ap.parse_args()
     engine = VoiceEngine.from_registry(ModelRegistry(Settings()))
+    if args.one_model:
+        engine.tel_embedder = engine.embedder
     audio = Audio(ten_seconds().reshape(-1, 1), 16000)
     engine.create_template(audio)  # warm-up: session init, allocations
     vad, embed, total = [], [], []

@@ -207,6 +207,7 @@ def test_packaged_manifest() -> None:
         "silero_vad",
         "centerface",
         "campplus",
+        "campplus_tel",
         "pyannote_segmentation",
         "minifasnet_v2",
         "minifasnet_v1se",
@@ -764,13 +765,14 @@ def test_real_models_from_mirror(models_dir: Path, no_upstream: None) -> None:
         "silero_vad",
         "centerface",
         "campplus",
+        "campplus_tel",
         "pyannote_segmentation",
         "minifasnet_v2",
         "minifasnet_v1se",
         "hyperfas",
     )
     for mid in ids:
-        res = store.pull(mid)  # runs the packaged check vector (and the conversion for campplus)
+        res = store.pull(mid)  # runs the packaged check vector (and the conversion for the CAM++ pair)
         assert res.origin == "mirror"
         assert store.verify(mid).source_sha256 == store.spec(mid).sha256
     reg = ModelRegistry(Settings(models_dir=models_dir, model_mirror=None), ids=ids, store=store)
@@ -800,6 +802,7 @@ def test_packaged_models_resolve_through_the_store(tmp_path: Path) -> None:
         "age",
         "match_calibration",
         "telephone_map",
+        "campplus_tel_params",
         "facepad",
         "face_fusion",
     ]

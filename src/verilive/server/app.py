@@ -67,7 +67,13 @@ DEFINITIONS: dict[str, ServiceDefinition] = {
         title="verilive voice analysis",
         description="Voice templates, matching, identification, speech analysis (voice-analysis.md 1.12.5).",
         api_version=lambda s: "1.12.5",
-        required_models=("silero_vad", "campplus", "pyannote_segmentation", "whisper_base_encoder"),
+        required_models=(
+            "silero_vad",
+            "campplus",
+            "campplus_tel",
+            "pyannote_segmentation",
+            "whisper_base_encoder",
+        ),
         router=_voice_router,
     ),
     "face": ServiceDefinition(

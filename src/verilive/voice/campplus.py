@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from verilive.models.sessions import ModelRegistry
 
 MODEL_ID = "campplus"
+MODEL_IDS = (MODEL_ID, "campplus_tel")
 INPUT_NAME = "fbank"
 OUTPUT_NAME = "embedding"
 FCM_SCOPE = "/head/"  # node-name scope of the FCM front module in verilive's converted graph
@@ -116,8 +117,12 @@ class CamPlusPlus:
         self._fcm_lock = threading.Lock()
 
     @classmethod
-    def from_registry(cls, registry: ModelRegistry) -> CamPlusPlus:
-        return cls(registry.session(MODEL_ID), registry.path(MODEL_ID), registry.intra_op_threads(MODEL_ID))
+    def from_registry(cls, registry: ModelRegistry, model_id: str = MODEL_ID) -> CamPlusPlus:
+        """``model_id``: ``campplus``, or ``campplus_tel`` (the same network adapted to telephone
+        audio by verilive, train/telephone_student.py), which has the same inputs and outputs."""
+        if model_id not in MODEL_IDS:
+            raise ValueError(f"not a CAM++ model id: {model_id!r}")
+        return cls(registry.session(model_id), registry.path(model_id), registry.intra_op_threads(model_id))
 
     def log_mel(self, wave: np.ndarray) -> np.ndarray:
         """(T, 80) float32 log-mel fbank of 16 kHz mono audio, before mean normalisation.

@@ -34,6 +34,7 @@ from verilive.voice.templates import PAIRS, VoiceTemplate, merge, pair_views
 from verilive.voice.vad import SileroVad, VadConfig, segments_from_probabilities
 
 INIT_DATA_ID = "verilive-campplus-v1"
+TELEPHONE_MODEL_ID = "campplus_tel"  # CAM++ adapted to telephone audio: the telephone views
 CONFIGURATIONS = ("default",)
 EMBED_RELU = False  # 3D-Speaker's original output; see docs/verification.md for the measurement
 # Templates drop long non-speech stretches but keep word edges and short pauses: splicing
@@ -144,11 +145,15 @@ class VoiceEngine:
         calibration: MatchCalibration,
         diarizer: Diarizer | None = None,
         tel_map: TelephoneMap | None = None,
+        tel_embedder: CamPlusPlus | None = None,
     ) -> None:
         """``diarizer``: needed by diarization and the multiple-speaker score; None leaves them out.
-        ``tel_map``: the telephone channel map matching applies to telephone views (None: none)."""
+        ``tel_map``: the telephone channel map matching applies to telephone views (None: none).
+        ``tel_embedder``: the model of the telephone views (CAM++ adapted to telephone audio,
+        ``campplus_tel``); None: ``embedder`` makes them too."""
         self.vad = vad
         self.embedder = embedder
+        self.tel_embedder = tel_embedder or embedder
         self.calibration = calibration
         self.tel_map = tel_map
         self._diarizer = diarizer
@@ -165,6 +170,7 @@ class VoiceEngine:
             MatchCalibration.packaged(),
             Diarizer(Segmenter.from_registry(registry), embedder),
             TelephoneMap.packaged(),
+            CamPlusPlus.from_registry(registry, TELEPHONE_MODEL_ID),
         )
 
     @property
@@ -270,22 +276,25 @@ class VoiceEngine:
         speech = a.speech_only()
         ch = resolve_channel(channel, a.sample_rate, speech)
         if ch is ChannelType.TEL:
-            return VoiceTemplate(INIT_DATA_ID, self._unit_embedding(telephone_band(speech, a.sample_rate)),
-                                 1, a.speech_ms, CHANNEL_FLAG[ch])  # fmt: skip
+            tel_only = self._unit_embedding(telephone_band(speech, a.sample_rate), self.tel_embedder)
+            return VoiceTemplate(INIT_DATA_ID, tel_only, 1, a.speech_ms, CHANNEL_FLAG[ch])
         wide = model_inputs(speech, a.sample_rate, ChannelType.MIC)[0]
         if not telephone_view:
             return VoiceTemplate(INIT_DATA_ID, self._unit_embedding(wide), 1, a.speech_ms, CHANNEL_FLAG[ch])
         # wideband audio: its own view, and the view of its telephone-band version that matching
-        # uses against telephone templates (docs/telephone.md); one batch of two for CAM++
-        tel = telephone_band(speech, a.sample_rate)[: wide.size]
-        tel = np.pad(tel, (0, wide.size - tel.size))  # same length: the batch is two plain runs
-        feats = [self.embedder.features(w) for w in (wide, tel)]
-        e = self.embedder.embed_batch(feats, batch_size=2)
-        e /= np.linalg.norm(e, axis=1, keepdims=True)
-        return VoiceTemplate(INIT_DATA_ID, e[0], 1, a.speech_ms, CHANNEL_FLAG[ch], telephone=e[1])
+        # uses against telephone templates (docs/telephone.md)
+        if self.tel_embedder is self.embedder:  # one model: one batch of two
+            tel = telephone_band(speech, a.sample_rate)[: wide.size]
+            tel = np.pad(tel, (0, wide.size - tel.size))  # same length: the batch is two plain runs
+            e = self.embedder.embed_batch([self.embedder.features(w) for w in (wide, tel)], batch_size=2)
+            e /= np.linalg.norm(e, axis=1, keepdims=True)
+            return VoiceTemplate(INIT_DATA_ID, e[0], 1, a.speech_ms, CHANNEL_FLAG[ch], telephone=e[1])
+        tel_view = self._unit_embedding(telephone_band(speech, a.sample_rate), self.tel_embedder)
+        return VoiceTemplate(INIT_DATA_ID, self._unit_embedding(wide), 1, a.speech_ms, CHANNEL_FLAG[ch],
+                             telephone=tel_view)  # fmt: skip
 
-    def _unit_embedding(self, wave16k: np.ndarray) -> np.ndarray:
-        e = self.embedder.embed(wave16k, relu=EMBED_RELU)
+    def _unit_embedding(self, wave16k: np.ndarray, embedder: CamPlusPlus | None = None) -> np.ndarray:
+        e = (embedder or self.embedder).embed(wave16k, relu=EMBED_RELU)
         return (e / np.linalg.norm(e)).astype(np.float32)
 
     def merge(self, texts: list[str], configuration: str | None = None) -> str:

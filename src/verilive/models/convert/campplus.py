@@ -519,3 +519,34 @@ def convert(source: Path, dest: Path) -> None:
         export_onnx(model, tmp_path)
         verify_onnx(model, tmp_path)
         tmp_path.replace(dest)
+
+
+#: verilive's telephone adaptation of CAM++ (train/telephone_student.py): the tensors it changed.
+TELEPHONE_PARAMS_ID = "campplus_tel_params"
+
+
+def load_adapted(source: Path, params: Path) -> CAMPPlus:
+    """The checkpoint with the adapted tensors of ``params`` (an ``.npz`` of state-dict entries) put in.
+    Every name must exist in the checkpoint with the same shape; the rest stays as shipped."""
+    model = load_model(source)
+    state = model.state_dict()
+    with np.load(params) as adapted:
+        for name in adapted.files:
+            if name not in state or tuple(state[name].shape) != adapted[name].shape:
+                raise ModelError(f"{params}: tensor {name!r} does not fit the CAM++ checkpoint")
+            state[name] = torch.from_numpy(adapted[name].astype(np.float32))
+    model.load_state_dict(state, strict=True)
+    return model.eval()
+
+
+def convert_telephone(source: Path, dest: Path) -> None:
+    """Converter for ``campplus_tel``: checkpoint + verilive's packaged telephone tensors -> verified ONNX."""
+    from verilive.models.store import packaged_path
+
+    model = load_adapted(Path(source), packaged_path(TELEPHONE_PARAMS_ID))
+    dest = Path(dest)
+    with tempfile.TemporaryDirectory(dir=dest.parent) as tmp:
+        tmp_path = Path(tmp) / dest.name
+        export_onnx(model, tmp_path)
+        verify_onnx(model, tmp_path)
+        tmp_path.replace(dest)
