@@ -58,6 +58,9 @@ LINES = {
     "opus-8": Line("opus", 8.0),
     "bad-line": Line("amr-nb", 4.75, loss=0.03, snr_db=15.0),
 }
+#: Prefix of the views whose telephone side is made by the telephone-adapted CAM++ (``campplus_tel``,
+#: train/telephone_student.py), as the shipped engine makes them; unprefixed: the plain CAM++.
+S = "s:"
 
 
 @dataclass(frozen=True)
@@ -77,9 +80,18 @@ def scenarios() -> list[Scenario]:
         out.append(Scenario(f"wideband, telephone view / {line}", "wb-TEL", line))
         out.append(Scenario(f"wideband, both views / {line}", "wb-MIXED", line))
         out.append(Scenario(f"wideband, v2 (MIC-TEL, mapped) / {line}", "wb-MIXED+map", f"{line}+map"))
+        out.append(Scenario(f"wideband view / {line} student", "wb", f"{S}{line}"))
+        out.append(Scenario(f"wideband view / {line} student, mapped", "wb", f"{S}{line}+map"))
+        out.append(
+            Scenario(f"wideband, v2 student (MIC-TEL, mapped) / {line}", f"{S}wb-MIXED+map", f"{S}{line}+map")
+        )
     for line in LINES:
         out.append(Scenario(f"{line} / {line}", line, line))
         out.append(Scenario(f"{line} / {line}, v2 (TEL-TEL, mapped)", f"{line}+map", f"{line}+map"))
+        out.append(Scenario(f"{line} / {line}, student", f"{S}{line}", f"{S}{line}"))
+        out.append(
+            Scenario(f"{line} / {line}, v2 student (TEL-TEL, mapped)", f"{S}{line}+map", f"{S}{line}+map")
+        )
     return out
 
 
@@ -87,8 +99,8 @@ def scenarios() -> list[Scenario]:
 def pair_scenarios() -> dict[str, list[Scenario]]:
     return {
         "MIC-MIC": [Scenario("wideband / wideband", "wb", "wb")],
-        "MIC-TEL": [Scenario(f"v2 / {line}", "wb-MIXED+map", f"{line}+map") for line in LINES],
-        "TEL-TEL": [Scenario(f"{line} / {line}", f"{line}+map", f"{line}+map") for line in LINES],
+        "MIC-TEL": [Scenario(f"v2 / {line}", f"{S}wb-MIXED+map", f"{S}{line}+map") for line in LINES],
+        "TEL-TEL": [Scenario(f"{line} / {line}", f"{S}{line}+map", f"{S}{line}+map") for line in LINES],
     }
 
 
@@ -149,7 +161,18 @@ def code_digest() -> str:
     return h.hexdigest()[:12]
 
 
-def _engine() -> VoiceEngine:
+def student_digest() -> str:
+    """:func:`code_digest` plus the adapted tensors and their store entry."""
+    import json
+
+    models = json.loads((REPO / "src/verilive/models/manifest.json").read_text())["models"]
+    h = hashlib.sha256(code_digest().encode())
+    h.update((REPO / "src/verilive/voice/campplus_tel.npz").read_bytes())
+    h.update(json.dumps([m for m in models if m["id"] == "campplus_tel"], sort_keys=True).encode())
+    return h.hexdigest()[:12]
+
+
+def _engine(student: bool = False) -> VoiceEngine:
     from verilive.config import Settings
     from verilive.models.sessions import ModelRegistry
     from verilive.voice.campplus import CamPlusPlus
@@ -158,11 +181,15 @@ def _engine() -> VoiceEngine:
 
     reg = ModelRegistry(Settings())
     neutral = MatchCalibration(1.0, 0.0)  # scores only: independent of calibration.json
-    return VoiceEngine(SileroVad.from_registry(reg), CamPlusPlus.from_registry(reg), neutral)
+    tel = CamPlusPlus.from_registry(reg, "campplus_tel") if student else None
+    return VoiceEngine(
+        SileroVad.from_registry(reg), CamPlusPlus.from_registry(reg), neutral, tel_embedder=tel
+    )
 
 
 def _cached(view: str, cache: Path) -> tuple[Path, dict[str, np.ndarray]]:
-    path = cache / f"{view}-{code_digest()}.npz"
+    digest = student_digest() if view.startswith(S) else code_digest()
+    path = cache / f"{view.removeprefix(S)}{'-student' if view.startswith(S) else ''}-{digest}.npz"
     return path, (dict(np.load(path)) if path.exists() else {})
 
 
@@ -176,21 +203,26 @@ def embed_views(snippets: list[Snippet], root: Path, cache: Path) -> dict[str, d
 
     cache.mkdir(parents=True, exist_ok=True)
     out: dict[str, dict[str, np.ndarray]] = {}
-    for view in [*LINES, "wb"]:
-        names = ["wb", "wb-TEL"] if view == "wb" else [view]
+    plain = [*LINES, "wb"]
+    for view in [*plain, *(S + v for v in plain)]:
+        student = view.startswith(S)
+        base = view.removeprefix(S)
+        names = ([S + "wb-TEL"] if student else ["wb", "wb-TEL"]) if base == "wb" else [view]
         files = {n: _cached(n, cache) for n in names}
         todo = [s for s in snippets if any(s.key not in files[n][1] for n in names)]
-        eng = _engine() if todo else None
+        eng = _engine(student) if todo else None
         for k, s in enumerate(todo):
             x = s.load(root)
-            if view in LINES:
-                wave, sr = telephone(x, s.sample_rate, LINES[view], seed_of(view, s)), 8000
+            if base in LINES:
+                wave, sr = telephone(x, s.sample_rate, LINES[base], seed_of(base, s)), 8000
             else:
                 wave, sr = x, s.sample_rate
             try:
                 assert eng is not None
                 t = eng.create_template(Audio(np.ascontiguousarray(wave[:, None], np.float32), sr))
-                units = [t.unit()] if view in LINES else [t.unit(), _unit(t.tel)]
+                units = (
+                    [t.unit()] if base in LINES else [_unit(t.tel)] if student else [t.unit(), _unit(t.tel)]
+                )
             except NoSpeech:
                 units = [np.full(192, np.nan, np.float32)] * len(names)
             for n, u in zip(names, units, strict=True):
@@ -200,7 +232,8 @@ def embed_views(snippets: list[Snippet], root: Path, cache: Path) -> dict[str, d
                 for path, have in files.values():
                     np.savez(path, **have)
         out.update({n: files[n][1] for n in names})
-    out["wb-MIXED"] = {k: _unit(out["wb"][k] + out["wb-TEL"][k]) for k in out["wb"]}
+    for p in ("", S):
+        out[f"{p}wb-MIXED"] = {k: _unit(out["wb"][k] + out[f"{p}wb-TEL"][k]) for k in out["wb"]}
     return out
 
 
@@ -261,14 +294,16 @@ MAP_VIEWS = ("wb-TEL", *LINES)  # telephone views mapped onto the wideband view 
 MAP_NPY = REPO / "src" / "verilive" / "voice" / "telephone_map.npy"
 
 
-def fit_map(emb: dict[str, dict[str, np.ndarray]], keys: list[str], lam: float = MAP_LAMBDA) -> np.ndarray:
+def fit_map(
+    emb: dict[str, dict[str, np.ndarray]], keys: list[str], lam: float = MAP_LAMBDA, prefix: str = S
+) -> np.ndarray:
     """W minimising |X W - Y|^2 + lam |W - I|^2: X the unit telephone views (the telephone band of
     the original and every line's copy), Y the unit wideband view of the same recording."""
     xs, ys = [], []
     for k in keys:
         y = emb["wb"][k]
         for v in MAP_VIEWS:
-            x = emb[v][k]
+            x = emb[prefix + v][k]
             if np.all(np.isfinite(x)) and np.all(np.isfinite(y)):
                 xs.append(x)
                 ys.append(y)
@@ -285,19 +320,23 @@ def add_mapped_views(emb: dict[str, dict[str, np.ndarray]], trials: dict[str, li
     """``<line>+map`` and ``wb-MIXED+map``: the views as version 2 compares them, each corpus's
     snippets mapped by a map fitted **without that corpus** (leave one corpus out; the identity
     when only one corpus is run)."""
-    for view in [*LINES, "wb-MIXED"]:
-        emb[f"{view}+map"] = {}
-    for c, ts in trials.items():
-        others = [t for o, tt in trials.items() if o != c for t in tt]
-        w = fit_map(emb, _keys(others)) if others else np.eye(192, dtype=np.float32)
-        for k in _keys(ts):
-            for line in LINES:
-                emb[f"{line}+map"][k] = _unit(_unit(emb[line][k]) @ w)
-            emb["wb-MIXED+map"][k] = _unit(_unit(emb["wb"][k]) + _unit(_unit(emb["wb-TEL"][k]) @ w))
+    for p in ("", S):
+        for view in [*LINES, "wb-MIXED"]:
+            emb[f"{p}{view}+map"] = {}
+        for c, ts in trials.items():
+            others = [t for o, tt in trials.items() if o != c for t in tt]
+            w = fit_map(emb, _keys(others), prefix=p) if others else np.eye(192, dtype=np.float32)
+            for k in _keys(ts):
+                for line in LINES:
+                    emb[f"{p}{line}+map"][k] = _unit(_unit(emb[p + line][k]) @ w)
+                emb[f"{p}wb-MIXED+map"][k] = _unit(
+                    _unit(emb["wb"][k]) + _unit(_unit(emb[p + "wb-TEL"][k]) @ w)
+                )
 
 
 def write_map(emb: dict[str, dict[str, np.ndarray]], trials: dict[str, list[Trial]]) -> None:
-    """The shipped map: fitted on every corpus but the speakers held aside for the tests."""
+    """The shipped map (on the student's telephone views, as the engine makes them): fitted on every
+    corpus but the speakers held aside for the tests."""
     aside = held_aside(trials)
     w = fit_map(emb, _keys([t for ts in trials.values() for t in ts], aside))
     np.save(MAP_NPY, w.astype("<f4"))
@@ -403,7 +442,7 @@ def write_docs(
         )
     replace_section(DOCS_MD, "telephone-results", "\n".join(lines) + "\n")
     fig, (ax, bx) = plt.subplots(1, 2, figsize=(14, 6.5))
-    shown = [n for n in curves if n.startswith("wideband / wideband") or "v2 (" in n]
+    shown = [n for n in curves if n.startswith("wideband / wideband") or "v2 student (" in n]  # as shipped
     colours = plt.get_cmap("tab20")(np.linspace(0, 1, len(shown)))
     for name, colour in zip(shown, colours, strict=True):
         c = curves[name]
