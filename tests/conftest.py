@@ -8,6 +8,7 @@ the real models and never silently skip them.
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,14 @@ from verilive.models.store import ModelStore
 from verilive.server.app import DEFINITIONS
 
 SHARED = Path(__file__).resolve().parents[2] / "shared"
+
+# A capture app without keys on loopback makes a local evaluation key (verilive.capture.evalkey):
+# in tests it goes to a temporary folder, never the user's data directory (inherited by the
+# servers the tests start as subprocesses).
+os.environ.setdefault(
+    "VERILIVE_CAPTURE_EVAL_KEY_PATH",
+    str(Path(tempfile.mkdtemp(prefix="verilive-test-")) / "capture-eval-key.pem"),
+)
 
 
 @pytest.fixture(scope="session")

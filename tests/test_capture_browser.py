@@ -364,13 +364,15 @@ def test_sdk_routes_serve_the_exact_sdk_the_key_and_the_demo(
 
 def test_public_key_route_without_a_key_is_a_clear_503() -> None:
     app = FastAPI()
-    app.state.ctx = SimpleNamespace(settings=Settings(capture_private_keys=[]))
+    settings = Settings(capture_private_keys=[], capture_eval_key="off")
+    app.state.ctx = SimpleNamespace(settings=settings, engine=lambda name, build: build())
     install_error_handlers(app)
     app.include_router(build_sdk_router())
     with TestClient(app) as c:
         r = c.get("/sdk/public_key")
     assert r.status_code == 503
     assert "VERILIVE_CAPTURE_PRIVATE_KEYS" in r.json()["message"]
+    assert r.json()["error_code"] == "NO_CAPTURE_KEY"
 
 
 def test_sdk_version_is_what_the_allow_list_reads() -> None:
@@ -694,3 +696,43 @@ def test_a_hand_held_print_is_not_judged_3d_in_the_browser(
     assert response["status"] == 200, response
     record = httpx.get(f"{server}/bi_records", timeout=60).json()[-1]
     assert record["motion3d"] in {"cannot_judge", "flat"}, record
+
+
+@pytest.mark.parametrize("mode", ["off", "auto"])
+def test_demo_without_a_configured_key(
+    models_settings: Settings, tmp_path: Path, shots: Path, video: Path, mode: str
+) -> None:
+    """No VERILIVE_CAPTURE_PRIVATE_KEYS (issue 31). ``auto`` on loopback: the local evaluation key
+    makes the demo work out of the box. ``off`` (what a non-loopback server gets): the page tells
+    the operator the fix and leaves no button to press."""
+    from selenium.webdriver.common.by import By
+
+    pytest.importorskip("selenium")
+    ensure_chromium()
+    settings = models_settings.model_copy(
+        update={
+            "capture_private_keys": [],
+            "capture_eval_key": mode,
+            "capture_eval_key_path": tmp_path / "eval-key.pem",
+            "capture_replay_url": f"sqlite:///{tmp_path}/replay.sqlite3",
+            "bi_database_url": f"sqlite:///{tmp_path}/bi.sqlite3",
+        }
+    )
+    drv = make_driver(video)
+    try:
+        with running_server(settings) as url:
+            drv.get(f"{url}/demo")
+            if mode == "auto":
+                wait_state(drv, {"idle"})
+                assert drv.find_element(By.ID, "start").is_enabled()
+                assert (tmp_path / "eval-key.pem").is_file()
+            else:
+                wait_state(drv, {"setup"})
+                hint = drv.find_element(By.ID, "hint").text
+                assert "verilive keys generate" in hint and "VERILIVE_CAPTURE_PRIVATE_KEYS" in hint
+                for button in ("start", "shoot", "again"):  # no dead-end buttons
+                    assert not drv.find_element(By.ID, button).is_displayed(), button
+                assert not (tmp_path / "eval-key.pem").exists()
+            drv.save_screenshot(str(shots / f"no-configured-key-{mode}.png"))
+    finally:
+        drv.quit()

@@ -135,6 +135,17 @@ class Settings(BaseSettings):
         default_factory=list,
         description="Bundle private keys, JSON list: PEM paths or '<key id>=<path>' (docs/bundle-format.md).",
     )
+    capture_eval_key: Literal["auto", "on", "off"] = Field(
+        "auto",
+        description=(
+            "With no capture_private_keys: make (once) and use a local evaluation key at "
+            "capture_eval_key_path. auto: only when listening on a loopback address; on: on any; off: never."
+        ),
+    )
+    capture_eval_key_path: Path = Field(
+        default_factory=lambda: Path(platformdirs.user_data_dir("verilive")) / "capture-eval-key.pem",
+        description="Where the local evaluation key is kept (docs/capture.md).",
+    )
     capture_replay_url: str = Field(
         default_factory=lambda: (
             "sqlite:///" + str(Path(platformdirs.user_data_dir("verilive")) / "capture-replay.sqlite3")

@@ -134,6 +134,11 @@ def load_public_key_b64(public_key_b64: str) -> tuple[ec.EllipticCurvePublicKey,
     return key, der
 
 
+def key_id_of_pem(private_pem: bytes) -> str:
+    """The derived key id of a private key PEM."""
+    return key_id_of(_spki_der(_load_private(private_pem).public_key()))
+
+
 def generate_key() -> tuple[str, bytes, str]:
     """A new server key pair: (derived key id, private PKCS#8 PEM, public base64 DER)."""
     key = ec.generate_private_key(ec.SECP256R1())

@@ -8,6 +8,7 @@ import logging
 
 from verilive.capture.bundle import KeyRing
 from verilive.capture.engine import CaptureConfig, CaptureEngine
+from verilive.capture.evalkey import CaptureKeys, capture_keys
 from verilive.capture.metrics import CaptureMetrics
 from verilive.capture.replay import open_replay_store
 from verilive.capture.sdk_allowlist import build_allowlist
@@ -17,15 +18,26 @@ from verilive.face.deps import face_engine
 from verilive.server.bi import bi_store
 from verilive.server.context import ServiceContext
 
-__all__ = ["capture_engine", "capture_service", "key_ring"]
+__all__ = ["capture_engine", "capture_service", "key_entries", "key_ring", "problems"]
 
 log = logging.getLogger("verilive.capture")
+
+
+def key_entries(ctx: ServiceContext) -> CaptureKeys:
+    """The keys this service uses: configured, else the local evaluation key where allowed."""
+    return ctx.engine("capture_key_entries", lambda: capture_keys(ctx.settings))
+
+
+def problems(ctx: ServiceContext) -> list[str]:
+    """What /health reports for the capture service beyond its models."""
+    keys = key_entries(ctx)
+    return [keys.problem] if keys.problem else []
 
 
 def key_ring(ctx: ServiceContext) -> KeyRing:
     def build() -> KeyRing:
         try:
-            ring = KeyRing.from_settings(ctx.settings)
+            ring = KeyRing.from_entries(key_entries(ctx).entries)
         except ValueError as exc:
             log.error("capture keys cannot be loaded: %s", exc)
             raise VeriliveError(
@@ -34,7 +46,7 @@ def key_ring(ctx: ServiceContext) -> KeyRing:
                 status=503,
             ) from None
         if not ring.key_ids:
-            log.warning("no capture private keys configured (VERILIVE_CAPTURE_PRIVATE_KEYS)")
+            log.warning("capture: %s", key_entries(ctx).problem)
         return ring
 
     return ctx.engine("capture_keys", build)

@@ -25,7 +25,7 @@ from fastapi.responses import Response
 from starlette.concurrency import run_in_threadpool
 
 from verilive.capture.bundle import KeyRing, public_key_b64
-from verilive.capture.deps import capture_service
+from verilive.capture.deps import capture_service, key_entries
 from verilive.capture.engine import CaptureValidationError
 from verilive.capture.requests import read_bundle_body
 from verilive.capture.schemas import DemoAnswer, DemoVerdict, SdkManifest, SdkPublicKey
@@ -84,7 +84,9 @@ def current_public_key(entries: list[str]) -> SdkPublicKey:
     """
     if not entries:
         raise VeriliveError(
-            "No capture key is configured (VERILIVE_CAPTURE_PRIVATE_KEYS)", code="NO_CAPTURE_KEY", status=503
+            "No capture key is configured (VERILIVE_CAPTURE_PRIVATE_KEYS); the operator's fix is in /health",
+            code="NO_CAPTURE_KEY",
+            status=503,
         )
     entry = entries[0]
     key_id = KeyRing.from_entries([entry]).key_ids[0]  # parses "<key id>=<path>" as decryption does
@@ -134,7 +136,7 @@ def build_sdk_router() -> APIRouter:
     @router.get("/sdk/public_key", response_model=SdkPublicKey)
     async def sdk_public_key(ctx: Ctx, response: Response) -> SdkPublicKey:
         response.headers["Cache-Control"] = "no-cache"
-        return current_public_key(list(ctx.settings.capture_private_keys))
+        return current_public_key(list(key_entries(ctx).entries))
 
     @router.get("/demo")
     async def demo() -> Response:

@@ -48,9 +48,14 @@ _KIND_MESSAGES = {"parse": PARSE_FAILED, "decrypt": DECRYPT_FAILED, "meta": META
 ENDPOINT = "check_capture_liveness"
 
 
+# Server configuration errors (503): no client can act on them, an operator can, so they keep their
+# own codes instead of the spec's UNKNOWN (docs/capture.md).
+CONFIGURATION_CODES = frozenset({"NO_CAPTURE_KEY", "CAPTURE_KEYS_INVALID"})
+
+
 def capture_error_code(code: str | None) -> str:
-    """The error code a capture answer may carry: a validation code, else UNKNOWN."""
-    return code if code in VALIDATION_CODES else "UNKNOWN"
+    """The error code a capture answer may carry: a validation or configuration code, else UNKNOWN."""
+    return code if code in VALIDATION_CODES or code in CONFIGURATION_CODES else "UNKNOWN"
 
 
 class CaptureService:

@@ -35,6 +35,8 @@ class ServiceDefinition:
     required_models: tuple[str, ...]
     router: Callable[[Settings], APIRouter]
     error_code_map: Callable[[str | None], str | None] | None = None
+    # What /health reports beyond the models (e.g. the capture service's missing key)
+    problems: Callable[[ServiceContext], list[str]] | None = None
 
 
 def _voice_router(settings: Settings) -> APIRouter:
@@ -53,6 +55,12 @@ def _capture_router(settings: Settings) -> APIRouter:
     from verilive.capture.api import build_router
 
     return build_router(settings.capture_api_version)
+
+
+def _capture_problems(ctx: ServiceContext) -> list[str]:
+    from verilive.capture.deps import problems
+
+    return problems(ctx)
 
 
 def _capture_codes(code: str | None) -> str | None:
@@ -93,6 +101,7 @@ DEFINITIONS: dict[str, ServiceDefinition] = {
         required_models=("centerface", "minifasnet_v2", "minifasnet_v1se", "face_mesh"),
         router=_capture_router,
         error_code_map=_capture_codes,
+        problems=_capture_problems,
     ),
 }
 
@@ -115,6 +124,7 @@ def create_service_app(
         models=models,
         metrics=metrics,
         required_models=definition.required_models,
+        problems=definition.problems,
     )
 
     @asynccontextmanager
@@ -133,6 +143,9 @@ def create_service_app(
                 ).set(1 if st.get("loaded") else 0)
         for mid in models.missing(list(definition.required_models)):
             log.error("model %s is not installed; run: verilive models pull %s", mid, mid)
+        # Service problems (e.g. the capture key, or its local evaluation key) are said at start
+        for problem in definition.problems(ctx) if definition.problems is not None else []:
+            log.error("%s: %s", service, problem)
         yield
         ctx.close()
 

@@ -27,6 +27,7 @@ class ServiceContext:
     models: ModelRegistry
     metrics: ServiceMetrics
     required_models: tuple[str, ...]
+    problems: Callable[[ServiceContext], list[str]] | None = None
     _engines: dict[str, Any] = field(default_factory=dict)
     # Re-entrant: building one engine may build another (the diarizer needs the voice engine).
     _lock: threading.RLock = field(default_factory=threading.RLock)

@@ -29,6 +29,8 @@ def health_report(ctx: ServiceContext) -> HealthResponse:
         if st is None or not st.get("loaded"):
             reason = (st or {}).get("error") or "not loaded"
             problems.append(f"model {mid}: {reason}")
+    if ctx.problems is not None:
+        problems += ctx.problems(ctx)
     if ctx.license_expired():
         problems.append(f"licence expired on {ctx.license_expiration_date.isoformat()}")
     return HealthResponse(
@@ -42,12 +44,13 @@ def health_report(ctx: ServiceContext) -> HealthResponse:
 
 
 router = APIRouter(tags=["monitoring"])
+DOWN_DESCRIPTION = "A model failed, the licence expired or the service lacks a key it needs."
 
 
 @router.get(
     "/health",
     response_model=HealthResponse,
-    responses={503: {"model": HealthResponse, "description": "A model failed or the licence expired."}},
+    responses={503: {"model": HealthResponse, "description": DOWN_DESCRIPTION}},
 )
 async def health(request: Request) -> JSONResponse:
     report = health_report(request.app.state.ctx)
