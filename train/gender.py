@@ -220,7 +220,10 @@ def embed_speakers(speakers: Sequence[Speaker], root: Path, log: bool = True) ->
             analysis = engine.analyse(piece)
             for ch in CHANNELS:
                 try:
-                    t = engine.create_template(piece, ChannelType(ch), analysis=analysis)
+                    # plain CAM++ views: the attribute models are fitted and served on them
+                    t = engine.create_template(
+                        piece, ChannelType(ch), analysis=analysis, adapted_telephone=False
+                    )
                 except NoSpeech:
                     continue
                 units.append(t.unit())

@@ -147,15 +147,19 @@ class AttributesEstimator:
         participant match uses the template the engine makes for this audio by default (TEL at
         ≤ 8 kHz, MIC above; docs/voice.md), only when templates are enrolled."""
         analysis = self.engine.analyse(audio)
-        templates: dict[ChannelType, VoiceTemplate] = {}
+        templates: dict[tuple[ChannelType, bool], VoiceTemplate] = {}
 
-        def template(channel: ChannelType) -> VoiceTemplate:
-            if channel not in templates:
-                templates[channel] = self.engine.create_template(audio, channel, analysis=analysis)
-            return templates[channel]
+        def template(channel: ChannelType, adapted: bool = True) -> VoiceTemplate:
+            if (channel, adapted) not in templates:
+                templates[(channel, adapted)] = self.engine.create_template(
+                    audio, channel, analysis=analysis, adapted_telephone=adapted
+                )
+            return templates[(channel, adapted)]
 
-        gender, score = self.gender_model.predict(template(self.gender_model.channel).unit())  # NoSpeech
-        age = self.age(analysis, template)
+        # the gender model was fitted on the plain CAM++'s telephone view, not campplus_tel's
+        plain = template(self.gender_model.channel, False)  # NoSpeech
+        gender, score = self.gender_model.predict(plain.unit())
+        age = self.age(analysis, lambda ch: template(ch, False))
         participant = PhoneCallParticipant.UNDEFINED
         if self.operator_templates or self.customer_templates:
             participant = self.participant(template(resolve_channel(None, analysis.sample_rate)))

@@ -265,31 +265,35 @@ class VoiceEngine:
         configuration: str | None = None,
         analysis: SpeechAnalysis | None = None,
         telephone_view: bool = True,
+        adapted_telephone: bool = True,
     ) -> VoiceTemplate:
         """A version-2 template: telephone audio (``TEL``, or no channel and narrowband input)
         gives its telephone-band view only; wideband audio (``MIC``, ``MIXED``) its wideband view
-        and, unless ``telephone_view`` is False, the view of its telephone-band version."""
+        and, unless ``telephone_view`` is False, the view of its telephone-band version.
+        ``adapted_telephone=False``: telephone views from the plain CAM++ (what the gender model was
+        fitted on), not from ``tel_embedder``; such templates are for the attribute models only."""
         check_configuration(configuration)
         a = analysis or self.analyse(audio)
         if a.speech_samples == 0:
             raise NoSpeech("No speech was found in the audio; a voice template needs speech")
         speech = a.speech_only()
         ch = resolve_channel(channel, a.sample_rate, speech)
+        tel_embedder = self.tel_embedder if adapted_telephone else self.embedder
         if ch is ChannelType.TEL:
-            tel_only = self._unit_embedding(telephone_band(speech, a.sample_rate), self.tel_embedder)
+            tel_only = self._unit_embedding(telephone_band(speech, a.sample_rate), tel_embedder)
             return VoiceTemplate(INIT_DATA_ID, tel_only, 1, a.speech_ms, CHANNEL_FLAG[ch])
         wide = model_inputs(speech, a.sample_rate, ChannelType.MIC)[0]
         if not telephone_view:
             return VoiceTemplate(INIT_DATA_ID, self._unit_embedding(wide), 1, a.speech_ms, CHANNEL_FLAG[ch])
         # wideband audio: its own view, and the view of its telephone-band version that matching
         # uses against telephone templates (docs/telephone.md)
-        if self.tel_embedder is self.embedder:  # one model: one batch of two
+        if tel_embedder is self.embedder:  # one model: one batch of two
             tel = telephone_band(speech, a.sample_rate)[: wide.size]
             tel = np.pad(tel, (0, wide.size - tel.size))  # same length: the batch is two plain runs
             e = self.embedder.embed_batch([self.embedder.features(w) for w in (wide, tel)], batch_size=2)
             e /= np.linalg.norm(e, axis=1, keepdims=True)
             return VoiceTemplate(INIT_DATA_ID, e[0], 1, a.speech_ms, CHANNEL_FLAG[ch], telephone=e[1])
-        tel_view = self._unit_embedding(telephone_band(speech, a.sample_rate), self.tel_embedder)
+        tel_view = self._unit_embedding(telephone_band(speech, a.sample_rate), tel_embedder)
         return VoiceTemplate(INIT_DATA_ID, self._unit_embedding(wide), 1, a.speech_ms, CHANNEL_FLAG[ch],
                              telephone=tel_view)  # fmt: skip
 
