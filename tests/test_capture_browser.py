@@ -736,3 +736,69 @@ def test_demo_without_a_configured_key(
             drv.save_screenshot(str(shots / f"no-configured-key-{mode}.png"))
     finally:
         drv.quit()
+
+
+def test_auto_capture_re_arms_and_the_developer_section_shows_the_request_id(
+    server: str, frame: np.ndarray, tmp_path: Path, shots: Path
+) -> None:
+    """The face arrives after auto-capture's wait ran out (issue 31): the page waits again and takes
+    it. The camera plays 3 s of an empty grey wall, then the face, at 5 frames per second; the page's
+    wait is shortened to 1.5 s (``?autoTimeoutMs``)."""
+    from selenium.webdriver.common.by import By
+
+    pytest.importorskip("selenium")
+    ensure_chromium()
+    rng = np.random.default_rng(0)
+    wall = np.clip(128 + rng.normal(0, 4, frame.shape), 0, 255).astype(np.uint8)
+    video = tmp_path / "late-face.y4m"
+    write_y4m(video, [wall] * 15 + [frame] * 25, fps=5)
+    drv = make_driver(video)
+    try:
+        drv.get(f"{server}/demo?autoTimeoutMs=1500")
+        wait_state(drv, {"idle"})
+        drv.find_element(By.ID, "start").click()
+        wait_state(drv, {"done"}, timeout_s=120)
+        assert drv.switch_to.active_element.get_attribute("id") == "result"  # focus follows the answer
+        drv.find_element(By.CSS_SELECTOR, "#dev summary").click()
+        drv.save_screenshot(str(shots / "late-face-done.png"))
+        assert drv.execute_script("return window.veriliveDemo.rearms") >= 1
+        rid = drv.execute_script("return window.veriliveDemo.requestId")
+        raw = drv.find_element(By.ID, "raw").text
+        assert rid and f"Request id: {rid}" in raw and "log" in raw
+    finally:
+        drv.quit()
+
+
+def test_a_blocked_camera_says_how_to_allow_it(server: str, shots: Path) -> None:
+    """Camera permission denied (a Chromium content setting, no fake-UI auto-accept): the page names
+    the fix, shows no empty preview, offers Try again, and moves focus to the message."""
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+    from selenium.webdriver.common.by import By
+
+    pytest.importorskip("selenium")
+    ensure_chromium()
+    opts = webdriver.ChromeOptions()
+    opts.binary_location = str(CHROMIUM)
+    for arg in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=900,1000",
+                "--use-fake-device-for-media-stream"):  # fmt: skip
+        opts.add_argument(arg)
+    opts.add_experimental_option("prefs", {"profile.default_content_setting_values.media_stream_camera": 2})
+    drv = webdriver.Chrome(service=Service(executable_path=str(CHROMEDRIVER)), options=opts)
+    try:
+        drv.get(f"{server}/demo")
+        wait_state(drv, {"idle"})
+        drv.find_element(By.ID, "start").click()
+        deadline = time.monotonic() + 30
+        while drv.execute_script("return window.veriliveDemo.state") != "error":
+            assert time.monotonic() < deadline, "the page did not report the blocked camera"
+            time.sleep(0.1)
+        drv.save_screenshot(str(shots / "camera-blocked.png"))
+        hint = drv.find_element(By.ID, "hint").text
+        assert "blocked" in hint and "Allow" in hint, hint
+        assert drv.find_element(By.ID, "again").is_displayed()
+        assert not drv.find_element(By.ID, "camera").is_displayed()  # no empty black box
+        assert "NotAllowedError" in drv.find_element(By.ID, "raw").get_attribute("textContent")
+        assert drv.switch_to.active_element.get_attribute("id") == "hint"
+    finally:
+        drv.quit()
