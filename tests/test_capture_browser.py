@@ -424,6 +424,7 @@ def test_demo_capture_decrypts_extracts_and_flags_the_automated_fake_camera(
 
     driver.get(f"{server}/demo")
     wait_state(driver, {"idle"})
+    driver.find_element(By.CSS_SELECTOR, "#dev summary").click()  # the field is folded away (issue 31)
     field = driver.find_element(By.ID, "external")
     field.clear()
     field.send_keys("e2e-order-7")
@@ -802,3 +803,71 @@ def test_a_blocked_camera_says_how_to_allow_it(server: str, shots: Path) -> None
         assert drv.switch_to.active_element.get_attribute("id") == "hint"
     finally:
         drv.quit()
+
+
+AXE_VERSION = "4.10.2"
+AXE_URL = f"https://registry.npmjs.org/axe-core/-/axe-core-{AXE_VERSION}.tgz"
+AXE_SHA256 = "9ea2d2d6917da998122bdacfd3b473e31ead53f4b87146c716a12edf89158100"
+
+
+@pytest.fixture(scope="module")
+def axe_js() -> str:
+    """axe-core's browser script, from the npm registry (pinned, sha256-checked, cached)."""
+    import tarfile
+    import urllib.request
+
+    cache = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "verilive-test"
+    tgz = cache / f"axe-core-{AXE_VERSION}.tgz"
+    if not tgz.is_file():
+        cache.mkdir(parents=True, exist_ok=True)
+        part = tgz.with_suffix(".part")
+        with urllib.request.urlopen(AXE_URL, timeout=60) as resp:
+            part.write_bytes(resp.read())
+        part.replace(tgz)
+    digest = hashlib.sha256(tgz.read_bytes()).hexdigest()
+    assert digest == AXE_SHA256, f"{tgz}: sha256 {digest}, expected {AXE_SHA256}"
+    with tarfile.open(tgz) as tar:
+        member = tar.extractfile("package/axe.min.js")
+        assert member is not None
+        return member.read().decode("utf-8")
+
+
+def axe_violations(driver: Any, axe_js: str) -> list[dict[str, Any]]:
+    driver.execute_script(axe_js)
+    result = driver.execute_async_script(
+        "const done = arguments[arguments.length - 1];"
+        "axe.run(document, {runOnly: ['wcag2a', 'wcag2aa', 'best-practice']})"
+        ".then((r) => done(r.violations.map((v) => ({id: v.id, impact: v.impact,"
+        " nodes: v.nodes.map((n) => n.target.join(' '))}))), (e) => done([{id: 'axe failed: ' + e}]));"
+    )
+    return list(result)
+
+
+@pytest.mark.parametrize("scheme", ["light", "dark"])
+def test_demo_page_has_no_serious_accessibility_violations(
+    server: str, axe_js: str, video: Path, shots: Path, scheme: str
+) -> None:
+    """axe-core (WCAG 2 A and AA, best practices) on the demo page before and after a capture, in
+    light and dark mode: no serious or critical violation (issue 31)."""
+    from selenium.webdriver.common.by import By
+
+    pytest.importorskip("selenium")
+    ensure_chromium()
+    drv = make_driver(video)
+    try:
+        drv.execute_cdp_cmd(
+            "Emulation.setEmulatedMedia", {"features": [{"name": "prefers-color-scheme", "value": scheme}]}
+        )
+        drv.get(f"{server}/demo")
+        wait_state(drv, {"idle"})
+        found = {"idle": axe_violations(drv, axe_js)}
+        drv.find_element(By.ID, "start").click()
+        wait_state(drv, {"done"}, timeout_s=120)
+        drv.find_element(By.CSS_SELECTOR, "#dev summary").click()
+        drv.save_screenshot(str(shots / f"demo-done-{scheme}.png"))
+        found["done"] = axe_violations(drv, axe_js)
+    finally:
+        drv.quit()
+    bad = {k: [v for v in vs if v.get("impact") in ("serious", "critical") or "axe failed" in v["id"]]
+           for k, vs in found.items()}  # fmt: skip
+    assert bad == {"idle": [], "done": []}, bad
