@@ -871,3 +871,37 @@ def test_demo_page_has_no_serious_accessibility_violations(
     bad = {k: [v for v in vs if v.get("impact") in ("serious", "critical") or "axe failed" in v["id"]]
            for k, vs in found.items()}  # fmt: skip
     assert bad == {"idle": [], "done": []}, bad
+
+
+def test_phone_viewport_then_try_again_with_get_ready(server: str, video: Path, shots: Path) -> None:
+    """At 390×844 (a phone): nothing wider than the screen, the result and the one button to press in
+    view; Try again counts down ("Get ready…") before the camera opens again (issue 31)."""
+    from selenium.webdriver.common.by import By
+
+    pytest.importorskip("selenium")
+    ensure_chromium()
+    drv = make_driver(video)
+    try:
+        drv.set_window_size(390, 844)
+        drv.get(f"{server}/demo")
+        wait_state(drv, {"idle"})
+        drv.find_element(By.ID, "start").click()
+        wait_state(drv, {"done"}, timeout_s=120)
+        drv.save_screenshot(str(shots / "phone-390-done.png"))
+        width = drv.execute_script("return [document.documentElement.scrollWidth, window.innerWidth]")
+        assert width[0] <= width[1], width
+        shown = [b.get_attribute("id") for b in drv.find_elements(By.TAG_NAME, "button") if b.is_displayed()]
+        assert shown == ["again"], shown
+        for element in ("result", "again"):
+            top, bottom = drv.execute_script(
+                "const r = document.getElementById(arguments[0]).getBoundingClientRect();"
+                "return [r.top, r.bottom];",
+                element,
+            )
+            assert top >= 0 and bottom <= 844, (element, top, bottom)
+        drv.find_element(By.ID, "again").click()
+        assert drv.execute_script("return window.veriliveDemo.state") == "ready"
+        assert drv.find_element(By.ID, "hint").text.startswith("Get ready")
+        wait_state(drv, {"camera", "sending", "done"}, timeout_s=30)
+    finally:
+        drv.quit()
