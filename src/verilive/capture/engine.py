@@ -35,6 +35,7 @@ from verilive.capture.detectors import (
     untrusted_environment,
 )
 from verilive.capture.jpeg import jpeg_info
+from verilive.capture.placement import FoundFace, locate_faces
 from verilive.capture.replay import ReplayStore
 from verilive.capture.sdk_allowlist import SdkAllowList
 from verilive.capture.useragent import platform_of
@@ -244,6 +245,10 @@ class CaptureEngine:
             latency_ms=1000.0 * (time.perf_counter() - t0),
             motion3d=verdict,
         )
+
+    def placement(self, data: bytes) -> tuple[int, int, list[FoundFace]]:
+        """Faces in a small preview frame, for the SDK's hints; decides and stores nothing."""
+        return locate_faces(self.face.detector, data)
 
     def _motion3d(self, bundle: Bundle) -> str | None:
         """The 3D check's verdict on the bundle's burst; None when it has no usable burst (none,

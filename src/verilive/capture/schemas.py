@@ -62,3 +62,18 @@ class DemoAnswer(_Model):
     """All the demo's back-end route tells the browser (docs/security.md)."""
 
     capture_liveness: DemoVerdict
+
+
+class PlacementFace(_Model):
+    box: list[float]  # x, y, width, height as fractions of the frame
+    score: float
+    yaw: float
+    pitch: float
+
+
+class PlacementAnswer(_Model):
+    """``POST /sdk/placement``: where the faces are in a preview frame (docs/capture-sdk.md)."""
+
+    width: int
+    height: int
+    faces: list[PlacementFace]

@@ -5,6 +5,9 @@ They are not part of the capture-liveness interface, so they stay out of the Ope
 - ``GET /sdk/verilive-capture.js``: the SDK, byte for byte the file the SDK allow-list hashes;
 - ``GET /sdk/manifest.json``: name, version, SHA-256 and the Subresource Integrity value of the SDK;
 - ``GET /sdk/public_key``: ``{keyId, publicKey}`` of the current key (the first configured one);
+- ``GET /sdk/messages.json``: every text the demo page shows, keyed by status code, per language;
+- ``POST /sdk/placement``: where the faces are in a small preview frame, for the SDK's hints where
+  the browser has no face detector; it decides and stores nothing (``verilive.capture.placement``);
 - ``GET /demo``: a page that captures, sends the bundle and shows the answer (docs/capture-sdk.md);
 - ``POST /demo/check_capture_liveness``: the demo's stand-in for an integrator's back end. It decides
   like ``/check_capture_liveness`` (same BI record, metrics and log line) but answers without
@@ -25,12 +28,20 @@ from fastapi.responses import Response
 from starlette.concurrency import run_in_threadpool
 
 from verilive.capture.bundle import KeyRing, public_key_b64
-from verilive.capture.deps import capture_service, key_entries
+from verilive.capture.deps import capture_engine, capture_service, key_entries
 from verilive.capture.engine import CaptureValidationError
 from verilive.capture.requests import read_bundle_body
-from verilive.capture.schemas import DemoAnswer, DemoVerdict, SdkManifest, SdkPublicKey
+from verilive.capture.schemas import (
+    DemoAnswer,
+    DemoVerdict,
+    PlacementAnswer,
+    PlacementFace,
+    SdkManifest,
+    SdkPublicKey,
+)
 from verilive.errors import VeriliveError
 from verilive.server.context import ServiceContext, get_context
+from verilive.server.uploads import read_raw_body
 
 __all__ = [
     "SDK_FILE",
@@ -137,6 +148,21 @@ def build_sdk_router() -> APIRouter:
     async def sdk_public_key(ctx: Ctx, response: Response) -> SdkPublicKey:
         response.headers["Cache-Control"] = "no-cache"
         return current_public_key(list(key_entries(ctx).entries))
+
+    @router.get("/sdk/messages.json")
+    async def sdk_messages() -> Response:
+        return _static("messages.json", "application/json")
+
+    @router.post("/sdk/placement", response_model=PlacementAnswer)
+    async def sdk_placement(ctx: Ctx, request: Request, response: Response) -> PlacementAnswer:
+        response.headers["Cache-Control"] = "no-store"
+        data = await read_raw_body(request, "placement frame")
+        width, height, faces = await run_in_threadpool(capture_engine(ctx).placement, data)
+        return PlacementAnswer(
+            width=width,
+            height=height,
+            faces=[PlacementFace(box=list(f.box), score=f.score, yaw=f.yaw, pitch=f.pitch) for f in faces],
+        )
 
     @router.get("/demo")
     async def demo() -> Response:

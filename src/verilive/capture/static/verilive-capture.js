@@ -14,8 +14,12 @@
 // records a burst of small frames meanwhile: the server checks from them that the face is a 3D head,
 // not a printed photo or a flat mask (docs/motion3d.md). capture({ burst: false }) skips it.
 //
+// What is captured is what the preview shows: the centred portrait part of the camera frame (option
+// `aspect`, width / height, 3:4 by default). The statuses passed to onStatus are the keys of the
+// message table /sdk/messages.json, so a page can show them in any language.
+//
 // The server's SDK allow-list reads the VERSION line below; keep it the first VERSION in the file.
-export const VERSION = "1.1.0";
+export const VERSION = "1.2.0";
 export const SDK_NAME = "verilive-capture-js";
 export const FORMAT_VERSION = 1;
 
@@ -26,6 +30,11 @@ const POINT_BYTES = 65; // uncompressed P-256 point
 const TAG_BYTES = 16;
 const BURST_MAX_FRAMES = 32;
 export const TURN_CUE = "turn-left-then-back";
+// Every status onStatus reports; each is a key of /sdk/messages.json (tests/test_capture_messages.py).
+export const STATUSES = Object.freeze([
+  "idle", "starting", "looking", "no-face", "center", "move-closer", "move-back", "one-face", "too-dark",
+  "backlit", "too-bright", "hold-still", "ready", "turn-left", "turn-back", "turn-again", "stopped",
+]);
 
 // ------------------------------------------------------------------ bytes helpers
 
@@ -422,11 +431,19 @@ class FrameTiming {
 
 // ------------------------------------------------------------------ face placement
 
-// The oval guide, as fractions of the frame height (centre y) and height (radii); centred in x.
+// The oval guide, as fractions of the captured area's height (centre y, radii); centred in x.
 const GUIDE = { cy: 0.47, ry: 0.36, rxOverRy: 0.75 };
-const SAMPLE_H = 72; // the placement check looks at a small copy of the frame; enough for a face
+const PLACEMENT_H = 320; // the copy sent to the placement endpoint: about 240 x 320, 10-20 kB
+const SAMPLE_H = 72; // the placement check looks at a small copy of the frame; enough for light and motion
 const STEADY_DIFF = 8; // mean absolute luma change between checks, 0..255, above which we say "hold still"
 const READY_CHECKS = 4; // consecutive good checks before the frame counts as well placed
+// A face box (CenterFace or the browser's FaceDetector: brows to chin) sits above the oval's centre.
+const FACE_CY = GUIDE.cy - 0.04;
+const MAX_OFF_X = 0.12; // how far the face's centre may be from the oval's, as fractions of the height
+const MAX_OFF_Y = 0.14;
+const MIN_FACE_H = 0.25; // face box height over the captured height: under it, "come closer"
+const MAX_FACE_H = 0.7; // over it, "move back"
+const SECOND_FACE = 0.5; // a second face at least this tall, relative to the first, is a second person
 
 // Skin test in YCbCr (ranges of Chai and Ngan 1999), luma in 0..255.
 function isSkin(r, g, b) {
@@ -436,9 +453,62 @@ function isSkin(r, g, b) {
   return y > 40 && cb >= 77 && cb <= 127 && cr >= 133 && cr <= 173;
 }
 
-// A rough on-device check: skin-coloured pixels fill the oval and centre in it, the light is usable.
-// It does not recognise faces; the server decides. Returns {status, ...numbers}.
-function heuristicPlacement(pixels, w, h) {
+const round3 = (v) => Math.round(v * 1000) / 1000;
+
+function lumaAt(pixels, i) {
+  return 0.299 * pixels[i] + 0.587 * pixels[i + 1] + 0.114 * pixels[i + 2];
+}
+
+// Light on a face box {x, y, w, h} (fractions) against its surroundings, on the small copy.
+// face: mean luma of the box's middle; around: mean luma outside the box widened 1.6 times;
+// clipped: share of the face's pixels at 250 or more.
+export function faceLight(pixels, w, h, box) {
+  const fx0 = (box.x + 0.2 * box.w) * w;
+  const fx1 = (box.x + 0.8 * box.w) * w;
+  const fy0 = (box.y + 0.15 * box.h) * h;
+  const fy1 = (box.y + 0.85 * box.h) * h;
+  const cx = (box.x + box.w / 2) * w;
+  const cy = (box.y + box.h / 2) * h;
+  const hw = 0.8 * box.w * w;
+  const hh = 0.8 * box.h * h;
+  let fSum = 0;
+  let fN = 0;
+  let clipped = 0;
+  let aSum = 0;
+  let aN = 0;
+  for (let y = 0; y < h; y++) {
+    for (let x = 0; x < w; x++) {
+      const l = lumaAt(pixels, 4 * (y * w + x));
+      const px = x + 0.5;
+      const py = y + 0.5;
+      if (px >= fx0 && px < fx1 && py >= fy0 && py < fy1) {
+        fSum += l;
+        fN += 1;
+        if (l >= 250) clipped += 1;
+      } else if (Math.abs(px - cx) > hw || Math.abs(py - cy) > hh) {
+        aSum += l;
+        aN += 1;
+      }
+    }
+  }
+  return {
+    face: round3(fN ? fSum / fN : 0),
+    around: round3(aN ? aSum / aN : 0),
+    clipped: round3(fN ? clipped / fN : 0),
+  };
+}
+
+// The light statuses, shared by both paths; null when the light is usable.
+function lightStatus(face, around, clipped) {
+  if (face < 50) return "too-dark";
+  if (around - face > 70 && face < 110) return "backlit";
+  if (face > 215 || clipped > 0.25) return "too-bright";
+  return null;
+}
+
+// A rough on-device check where no face detector is at hand: skin-coloured pixels fill the oval and
+// centre in it, the light is usable. It does not recognise faces; the server decides.
+export function heuristicPlacement(pixels, w, h) {
   const cx = w / 2;
   const cy = GUIDE.cy * h;
   const ry = GUIDE.ry * h;
@@ -446,6 +516,8 @@ function heuristicPlacement(pixels, w, h) {
   let inside = 0;
   let skin = 0;
   let lumaSum = 0;
+  let outsideLuma = 0;
+  let clipped = 0;
   let sx = 0;
   let sy = 0;
   let outsideSkin = 0;
@@ -456,12 +528,14 @@ function heuristicPlacement(pixels, w, h) {
       const r = pixels[i];
       const g = pixels[i + 1];
       const b = pixels[i + 2];
+      const l = lumaAt(pixels, i);
       const s = isSkin(r, g, b);
       const dx = (x + 0.5 - cx) / rx;
       const dy = (y + 0.5 - cy) / ry;
       if (dx * dx + dy * dy <= 1) {
         inside += 1;
-        lumaSum += 0.299 * r + 0.587 * g + 0.114 * b;
+        lumaSum += l;
+        if (l >= 250) clipped += 1;
         if (s) {
           skin += 1;
           sx += x + 0.5;
@@ -469,39 +543,66 @@ function heuristicPlacement(pixels, w, h) {
         }
       } else {
         outside += 1;
+        outsideLuma += l;
         if (s) outsideSkin += 1;
       }
     }
   }
   const luma = lumaSum / Math.max(1, inside);
+  const around = outsideLuma / Math.max(1, outside);
   const fill = skin / Math.max(1, inside);
   const outsideFill = outsideSkin / Math.max(1, outside);
   const offX = skin ? (sx / skin - cx) / h : 1;
   const offY = skin ? (sy / skin - cy) / h : 1;
-  let status = "ready";
-  if (luma < 45) status = "too-dark";
-  else if (luma > 225) status = "too-bright";
-  else if (fill < 0.12) status = "no-face";
-  else if (Math.abs(offX) > 0.12 || Math.abs(offY) > 0.14) status = "center";
+  let status = lightStatus(luma, around, clipped / Math.max(1, inside)) || "ready";
+  if (status !== "ready") {
+    // the light comes first: nothing else can be judged in it
+  } else if (fill < 0.12) status = "no-face";
+  else if (Math.abs(offX) > MAX_OFF_X || Math.abs(offY) > MAX_OFF_Y) status = "center";
   else if (fill < 0.3) status = "move-closer";
-  else if (outsideFill > 0.45) status = "move-back"; // the face overflows the oval
-  const r = (v) => Math.round(v * 1000) / 1000;
-  return { status, fill: r(fill), luma: r(luma), offset_x: r(offX), offset_y: r(offY), outside_fill: r(outsideFill) };
+  else if (outsideFill > 0.45) status = "move-back"; // skin colour overflows the oval
+  return {
+    status,
+    fill: round3(fill),
+    luma: round3(luma),
+    around: round3(around),
+    offset_x: round3(offX),
+    offset_y: round3(offY),
+    outside_fill: round3(outsideFill),
+  };
 }
 
-function detectorPlacement(faces, w, h) {
-  if (!faces.length) return { status: "no-face", faces: 0 };
-  if (faces.length > 1) return { status: "one-face", faces: faces.length };
-  const box = faces[0].boundingBox;
-  const offX = (box.x + box.width / 2 - w / 2) / h;
-  const offY = (box.y + box.height / 2 - GUIDE.cy * h) / h;
-  const size = box.height / h;
+// The hint from face boxes {x, y, w, h} (fractions of the captured area, largest first) and the small
+// copy of the frame for the light. Distinct statuses for each thing a person can fix.
+export function facePlacement(faces, pixels, w, h) {
+  let frame = 0;
+  for (let i = 0; i < w * h; i++) frame += lumaAt(pixels, 4 * i);
+  frame /= Math.max(1, w * h);
+  if (!faces.length) {
+    // In the dark no detector finds a face; the fix is light, not position.
+    return { status: frame < 50 ? "too-dark" : "no-face", faces: 0, frame_luma: round3(frame) };
+  }
+  const f = faces[0];
+  const others = faces.slice(1).filter((o) => o.h >= SECOND_FACE * f.h).length;
+  const offX = f.x + f.w / 2 - 0.5;
+  const offY = f.y + f.h / 2 - FACE_CY;
+  const light = faceLight(pixels, w, h, f);
   let status = "ready";
-  if (Math.abs(offX) > 0.12 || Math.abs(offY) > 0.14) status = "center";
-  else if (size < 0.25) status = "move-closer";
-  else if (size > 0.8) status = "move-back";
-  const r = (v) => Math.round(v * 1000) / 1000;
-  return { status, faces: 1, offset_x: r(offX), offset_y: r(offY), size: r(size) };
+  if (others) status = "one-face";
+  else if (Math.abs((offX * w) / h) > MAX_OFF_X || Math.abs(offY) > MAX_OFF_Y) status = "center";
+  else if (f.h < MIN_FACE_H) status = "move-closer";
+  else if (f.h > MAX_FACE_H) status = "move-back";
+  else status = lightStatus(light.face, light.around, light.clipped) || "ready";
+  return {
+    status,
+    faces: 1 + others,
+    offset_x: round3((offX * w) / h),
+    offset_y: round3(offY),
+    size: round3(f.h),
+    face_luma: light.face,
+    around_luma: light.around,
+    clipped: light.clipped,
+  };
 }
 
 // ------------------------------------------------------------------ the turn, seen on the device
@@ -594,20 +695,21 @@ const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 // ------------------------------------------------------------------ preview
 
 const PREVIEW_CSS = `
-.vlc-wrap{position:relative;width:100%;aspect-ratio:4/3;background:#111;overflow:hidden;border-radius:12px}
-.vlc-wrap video{width:100%;height:100%;object-fit:cover;transform:scaleX(-1)}
+.vlc-wrap{position:relative;width:min(100%,calc(70vh * var(--vlc-aspect,.75)));aspect-ratio:var(--vlc-aspect,.75);margin:0 auto;background:#111;overflow:hidden;border-radius:12px}
+.vlc-wrap video{display:block;width:100%;height:100%;object-fit:cover;transform:scaleX(-1)}
 .vlc-wrap svg{position:absolute;inset:0;width:100%;height:100%;pointer-events:none}
 .vlc-guide{fill:none;stroke:#fff;stroke-width:0.6;stroke-dasharray:2 1.5;transition:stroke .2s}
+.vlc-ring{fill:none;stroke:#3ddc84;stroke-width:1.6;stroke-linecap:round;transition:stroke-dasharray .12s linear}
 .vlc-wrap[data-status=ready] .vlc-guide{stroke:#3ddc84;stroke-dasharray:none}
 .vlc-cue{position:absolute;left:50%;top:8%;transform:translateX(-50%);display:none;font:700 2.4rem/1 system-ui,sans-serif;color:#fff;text-shadow:0 0 6px #000}
 .vlc-wrap[data-cue] .vlc-cue{display:block}
 .vlc-wrap[data-cue] .vlc-guide{stroke:#ffd54a;stroke-dasharray:none}
 .vlc-wrap[data-cue=turn-left] .vlc-cue,.vlc-wrap[data-cue=turn-again] .vlc-cue{animation:vlc-left 1.2s ease-in-out infinite alternate}
 @keyframes vlc-left{from{transform:translateX(-50%)}to{transform:translateX(-180%)}}
-@media (prefers-reduced-motion:reduce){.vlc-wrap[data-cue] .vlc-cue{animation:none}}
+@media (prefers-reduced-motion:reduce){.vlc-wrap[data-cue] .vlc-cue{animation:none}.vlc-ring{transition:none}}
 `;
 
-function buildPreview(container) {
+function buildPreview(container, aspect, label) {
   if (!document.getElementById("vlc-style")) {
     const style = document.createElement("style");
     style.id = "vlc-style";
@@ -616,20 +718,26 @@ function buildPreview(container) {
   }
   const wrap = document.createElement("div");
   wrap.className = "vlc-wrap";
+  if (aspect) wrap.style.setProperty("--vlc-aspect", String(aspect));
   const video = document.createElement("video");
   video.setAttribute("playsinline", "");
+  video.setAttribute("aria-label", label);
   video.muted = true;
   video.autoplay = true;
-  // A dimmed frame with an oval hole. viewBox is 100 x 100 and the SVG stretches with the preview,
-  // so the oval is drawn in the frame's proportions: its centre and height match GUIDE.
+  // A dimmed frame with an oval hole, the oval guide and the progress ring on it. viewBox is 100 x 100
+  // and the SVG stretches with the preview, so the ellipses are drawn in the preview's proportions.
+  // Decoration only: the page says the same in words, so screen readers skip it.
   const svg = document.createElementNS("http://www.w3.org/2000/svg", "svg");
   svg.setAttribute("viewBox", "0 0 100 100");
   svg.setAttribute("preserveAspectRatio", "none");
+  svg.setAttribute("aria-hidden", "true");
+  svg.setAttribute("focusable", "false");
   svg.innerHTML =
     '<defs><mask id="vlc-hole"><rect width="100" height="100" fill="#fff"/>' +
     '<ellipse class="vlc-hole" cx="50" fill="#000"/></mask></defs>' +
     '<rect width="100" height="100" fill="rgba(0,0,0,0.45)" mask="url(#vlc-hole)"/>' +
-    '<ellipse class="vlc-guide" cx="50"/>';
+    '<ellipse class="vlc-guide" cx="50"/>' +
+    '<ellipse class="vlc-ring" cx="50" pathLength="100" stroke-dasharray="0 100"/>';
   // The turn cue: an arrow to the person's left (the preview is mirrored, so it is the screen's left).
   const cue = document.createElement("div");
   cue.className = "vlc-cue";
@@ -637,13 +745,26 @@ function buildPreview(container) {
   cue.textContent = "\u2190";
   wrap.append(video, svg, cue);
   container.replaceChildren(wrap);
-  return { wrap, video, svg, cue };
+  return { wrap, video, svg, cue, ring: svg.querySelector(".vlc-ring") };
 }
 
-function placeGuide(svg, videoW, videoH, boxW, boxH) {
-  // object-fit: cover scales the frame to fill the box and crops the rest; draw the oval where
-  // GUIDE falls on the visible part of the frame.
-  const shownH = videoH * Math.max(boxW / videoW, boxH / videoH);
+// The centred part of a W x H frame with the given width / height (null: the whole frame), never
+// narrower than minSide where the frame allows (the server refuses captures under 480p: a 640 x 480
+// webcam gives 480 x 480, not 360 x 480); even sizes, so that JPEG chroma blocks line up.
+export function cropRect(W, H, aspect, minSide = 0) {
+  if (!aspect || !W || !H) return { x: 0, y: 0, w: W, h: H };
+  if (W / H > aspect) {
+    const w = Math.min(W, 2 * Math.round(Math.max(H * aspect, Math.min(W, H, minSide)) / 2));
+    return { x: Math.floor((W - w) / 2), y: 0, w, h: H };
+  }
+  const h = Math.min(H, 2 * Math.round(Math.max(W / aspect, Math.min(W, H, minSide)) / 2));
+  return { x: 0, y: Math.floor((H - h) / 2), w: W, h };
+}
+
+function placeGuide(svg, crop, boxW, boxH) {
+  // object-fit: cover scales the frame to fill the box and crops the rest, centred; the box has the
+  // captured area's proportions, so it shows exactly that area. Draw the oval where GUIDE falls.
+  const shownH = crop.h * Math.max(boxW / crop.w, boxH / crop.h);
   const cyPx = GUIDE.cy * shownH - (shownH - boxH) / 2;
   const ryPx = GUIDE.ry * shownH;
   const rxPx = ryPx * GUIDE.rxOverRy;
@@ -665,7 +786,14 @@ const DEFAULTS = {
   photoMaxSide: 320, // the small photo, as the Python client makes it
   photoQuality: 0.85,
   checkIntervalMs: 120,
+  aspect: 0.75, // width / height of the captured area, the centre of the frame (null: the whole frame)
+  minSide: 480, // the captured area is made wider than `aspect` where needed to keep 480p
+  previewLabel: "Camera preview",
   useFaceDetector: true, // the Shape Detection API where the browser has it
+  // Where the browser has no FaceDetector, a small copy of the preview goes to the capture service's
+  // face detector (POST /sdk/placement; it stores nothing). null: judge placement on the device only.
+  placementUrl: new URL("placement", import.meta.url).href,
+  placementIntervalMs: 300,
   burst: true, // ask for a small head turn and record a burst of frames for the server's 3D check
   burstFrames: 12, // 12 frames at 5 per second: 2.4 s, about 0.4 MB at 640 px
   burstIntervalMs: 200,
@@ -702,6 +830,16 @@ export class VeriliveCapture {
     this.sampleCanvas = null;
     this.lastVideoTime = -1;
     this.cue = null; // while the person follows a cue, placement changes are not announced
+    this.remote = null; // the last answer of the placement endpoint {at, boxes}
+    this.remoteBusy = false;
+    this.remoteLast = -Infinity;
+    this.remoteFailures = 0;
+    this.remoteCanvas = null;
+  }
+
+  // The captured area in the camera frame's pixels (see cropRect).
+  crop() {
+    return cropRect(this.video.videoWidth, this.video.videoHeight, this.options.aspect, this.options.minSide);
   }
 
   setEncryptionKey(publicKeyB64, keyId) {
@@ -728,7 +866,7 @@ export class VeriliveCapture {
       this.video = target;
       this.preview = null;
     } else if (target instanceof HTMLElement) {
-      this.preview = buildPreview(target);
+      this.preview = buildPreview(target, o.aspect, o.previewLabel);
       this.video = this.preview.video;
     } else {
       throw new TypeError("start() takes a <video> element or a container element");
@@ -743,6 +881,13 @@ export class VeriliveCapture {
     this.video.setAttribute("playsinline", "");
     this.video.srcObject = this.stream;
     await this.video.play();
+    if (this.preview && this.video.videoHeight) {
+      // The preview takes the captured area's proportions, so it shows exactly that area.
+      const crop = this.crop();
+      this.preview.wrap.style.setProperty("--vlc-aspect", String(crop.w / crop.h));
+    }
+    this.remote = null;
+    this.remoteFailures = 0;
     if (o.useFaceDetector && typeof window.FaceDetector === "function") {
       try {
         this.faceDetector = new window.FaceDetector({ fastMode: true, maxDetectedFaces: 2 });
@@ -801,7 +946,7 @@ export class VeriliveCapture {
     if (this.preview && this.video.videoWidth) {
       const box = this.preview.wrap.getBoundingClientRect();
       if (box.width && box.height) {
-        placeGuide(this.preview.svg, this.video.videoWidth, this.video.videoHeight, box.width, box.height);
+        placeGuide(this.preview.svg, this.crop(), box.width, box.height);
       }
     }
     if (!this.checking && now - this.lastCheck >= this.options.checkIntervalMs && this.video.videoWidth) {
@@ -817,15 +962,15 @@ export class VeriliveCapture {
   }
 
   sample() {
-    const v = this.video;
+    const crop = this.crop();
     const h = SAMPLE_H;
-    const w = Math.max(1, Math.round((v.videoWidth / v.videoHeight) * h));
+    const w = Math.max(1, Math.round((crop.w / crop.h) * h));
     if (!this.sampleCanvas) this.sampleCanvas = document.createElement("canvas");
     const c = this.sampleCanvas;
     c.width = w;
     c.height = h;
     const ctx = c.getContext("2d", { willReadFrequently: true });
-    ctx.drawImage(v, 0, 0, w, h);
+    ctx.drawImage(this.video, crop.x, crop.y, crop.w, crop.h, 0, 0, w, h);
     return { pixels: ctx.getImageData(0, 0, w, h).data, w, h };
   }
 
@@ -844,22 +989,91 @@ export class VeriliveCapture {
     this.lastLuma = luma;
     let result;
     let method = "heuristic";
-    if (this.faceDetector) {
-      try {
-        const faces = await this.faceDetector.detect(this.video);
-        result = detectorPlacement(faces, this.video.videoWidth, this.video.videoHeight);
-        method = "FaceDetector";
-      } catch {
-        this.faceDetector = null; // the API exists but does not work here (common on Linux)
-      }
+    const found = await this.findFaces();
+    if (found === "waiting") {
+      result = { status: "looking" };
+      method = "server";
+    } else if (found) {
+      result = facePlacement(found.boxes, pixels, w, h);
+      method = found.method;
+    } else {
+      result = heuristicPlacement(pixels, w, h);
     }
-    if (!result) result = heuristicPlacement(pixels, w, h);
     result.motion = Math.round(motion * 100) / 100;
     if (result.status === "ready" && motion > STEADY_DIFF) result.status = "hold-still";
     this.goodChecks = result.status === "ready" ? this.goodChecks + 1 : 0;
     const status = result.status === "ready" && this.goodChecks < READY_CHECKS ? "hold-still" : result.status;
     this.placement = { method, ...result, status, good_checks: this.goodChecks };
+    if (!this.cue) this.setProgress(Math.min(1, this.goodChecks / READY_CHECKS));
     this.setStatus(status, this.placement);
+  }
+
+  // Face boxes in the captured area {method, boxes: [{x, y, w, h}]} (fractions, largest first);
+  // "waiting" until the placement endpoint's first answer; null: no detector, use the heuristic.
+  async findFaces() {
+    const crop = this.crop();
+    if (this.faceDetector) {
+      try {
+        const found = await this.faceDetector.detect(this.video);
+        const boxes = found
+          .map((f) => f.boundingBox)
+          .map((b) => ({ x: (b.x - crop.x) / crop.w, y: (b.y - crop.y) / crop.h, w: b.width / crop.w, h: b.height / crop.h }))
+          .sort((a, b) => b.h - a.h);
+        return { method: "FaceDetector", boxes };
+      } catch {
+        this.faceDetector = null; // the API exists but does not work here (common on Linux)
+      }
+    }
+    if (!this.options.placementUrl || this.remoteFailures >= 3) return null;
+    this.requestPlacement(crop);
+    if (this.remote && performance.now() - this.remote.at < 2000) return { method: "server", boxes: this.remote.boxes };
+    // Before the first answer (or while answers are late) a wrong on-device hint would mislead.
+    return this.remote ? null : "waiting";
+  }
+
+  // Send a small copy of the captured area to the placement endpoint, one request at a time.
+  requestPlacement(crop) {
+    const now = performance.now();
+    if (this.remoteBusy || now - this.remoteLast < this.options.placementIntervalMs) return;
+    this.remoteBusy = true;
+    this.remoteLast = now;
+    if (!this.remoteCanvas) this.remoteCanvas = document.createElement("canvas");
+    const c = this.remoteCanvas;
+    c.height = PLACEMENT_H;
+    c.width = Math.max(1, Math.round((crop.w / crop.h) * PLACEMENT_H));
+    c.getContext("2d").drawImage(this.video, crop.x, crop.y, crop.w, crop.h, 0, 0, c.width, c.height);
+    canvasJpeg(c, 0.7)
+      .then((blob) =>
+        fetch(this.options.placementUrl, {
+          method: "POST",
+          headers: { "Content-Type": "image/jpeg" },
+          body: blob,
+          cache: "no-store",
+          credentials: "same-origin",
+        }),
+      )
+      .then(async (resp) => {
+        if (!resp.ok) throw new Error(`placement: HTTP ${resp.status}`);
+        const body = await resp.json();
+        const boxes = (body.faces || []).map((f) => ({ x: f.box[0], y: f.box[1], w: f.box[2], h: f.box[3] }));
+        this.remote = { at: now, boxes };
+        this.remoteFailures = 0;
+      })
+      .catch(() => {
+        this.remoteFailures += 1; // three in a row: the on-device heuristic takes over
+      })
+      .finally(() => {
+        this.remoteBusy = false;
+      });
+  }
+
+  // The progress ring around the oval, 0..1 (placement holding, then the burst's frames).
+  setProgress(p) {
+    if (!this.preview) return;
+    const v = Math.round(100 * Math.max(0, Math.min(1, p)));
+    this.preview.ring.setAttribute("stroke-dasharray", `${v} ${100 - v}`);
+    this.preview.ring.style.visibility = v ? "visible" : "hidden"; // a round cap draws a dot at 0
+    this.preview.wrap.dataset.progress = String(v);
   }
 
   setStatus(status, details, { fromCue = false } = {}) {
@@ -918,20 +1132,23 @@ export class VeriliveCapture {
     if (burst) {
       recorded = await this.recordTurn();
       if (waitForFace) {
-        // Back to the oval, looking at the camera, for the still image.
+        // Back to the oval, looking at the camera, for the still image; whoever just turned gets at
+        // least 15 s for that, even when the wait for the first placement was shorter.
         this.goodChecks = 0;
+        this.setProgress(0);
         this.setStatus("hold-still", this.placement);
-        await this.whenReady(timeoutMs);
+        await this.whenReady(Math.max(timeoutMs, 15000));
       }
     }
     const v = this.video;
-    const width = v.videoWidth;
-    const height = v.videoHeight;
+    const crop = this.crop();
+    const width = crop.w;
+    const height = crop.h;
     const timestampMs = Date.now();
     const canvas = document.createElement("canvas");
     canvas.width = width;
     canvas.height = height;
-    canvas.getContext("2d").drawImage(v, 0, 0, width, height);
+    canvas.getContext("2d").drawImage(v, crop.x, crop.y, width, height, 0, 0, width, height);
     const image = await canvasJpeg(canvas, this.options.jpegQuality);
     const scale = Math.min(1, this.options.photoMaxSide / Math.max(width, height));
     const small = document.createElement("canvas");
@@ -941,7 +1158,7 @@ export class VeriliveCapture {
     sctx.imageSmoothingQuality = "high";
     sctx.drawImage(canvas, 0, 0, small.width, small.height);
     const photo = await canvasJpeg(small, this.options.photoQuality);
-    const context = this.context(width, height, timestampMs);
+    const context = this.context(width, height, timestampMs, crop);
     const environment = collectEnvironment();
     // Chromium's --use-file-for-fake-video-capture names the camera after the file it plays.
     environment.automation.camera_is_file = /\.(y4m|mjpe?g)$|^\/|^[A-Za-z]:\\/i.test(context.camera_label);
@@ -997,14 +1214,15 @@ export class VeriliveCapture {
   async recordFrames(n, intervalMs) {
     const o = this.options;
     const v = this.video;
-    const scale = Math.min(1, o.burstMaxSide / Math.max(v.videoWidth, v.videoHeight));
+    const crop = this.crop();
+    const scale = Math.min(1, o.burstMaxSide / Math.max(crop.w, crop.h));
     const canvas = document.createElement("canvas");
-    canvas.width = Math.max(1, Math.round(v.videoWidth * scale));
-    canvas.height = Math.max(1, Math.round(v.videoHeight * scale));
+    canvas.width = Math.max(1, Math.round(crop.w * scale));
+    canvas.height = Math.max(1, Math.round(crop.h * scale));
     const ctx = canvas.getContext("2d");
     const small = document.createElement("canvas");
     small.height = TURN_SAMPLE_H;
-    small.width = Math.max(1, Math.round((v.videoWidth / v.videoHeight) * TURN_SAMPLE_H));
+    small.width = Math.max(1, Math.round((crop.w / crop.h) * TURN_SAMPLE_H));
     const sctx = small.getContext("2d", { willReadFrequently: true });
     const frames = [];
     const tMs = [];
@@ -1016,8 +1234,9 @@ export class VeriliveCapture {
       if (wait > 0) await sleep(wait);
       if (i === Math.floor(n / 2) && this.cue && this.cue !== "turn-back") this.setCue("turn-back");
       tMs.push(Math.max(0, Math.round(performance.now() - t0)));
-      ctx.drawImage(v, 0, 0, canvas.width, canvas.height);
-      sctx.drawImage(v, 0, 0, small.width, small.height);
+      this.setProgress((i + 1) / n);
+      ctx.drawImage(v, crop.x, crop.y, crop.w, crop.h, 0, 0, canvas.width, canvas.height);
+      sctx.drawImage(v, crop.x, crop.y, crop.w, crop.h, 0, 0, small.width, small.height);
       samples.push(turnSample(sctx.getImageData(0, 0, small.width, small.height).data, small.width, small.height));
       frames.push(canvasJpeg(canvas, o.burstQuality)); // encoded while the next frame waits
     }
@@ -1026,7 +1245,7 @@ export class VeriliveCapture {
     return { frames: await Promise.all(frames), tMs: tMs.map((t) => t - first), samples };
   }
 
-  context(width, height, timestampMs) {
+  context(width, height, timestampMs, crop = null) {
     const t = this.track;
     let settings = {};
     try {
@@ -1038,6 +1257,10 @@ export class VeriliveCapture {
       camera_label: t ? t.label : "",
       track_settings: settings,
       resolution: { width, height },
+      // the captured area in the camera frame (the preview shows exactly this part)
+      crop: crop
+        ? { x: crop.x, y: crop.y, width: crop.w, height: crop.h, frame_width: this.video.videoWidth, frame_height: this.video.videoHeight }
+        : null,
       frame_timing: this.timing.toJSON(),
       frames_seen: this.framesSeen,
       placement: this.placement,
