@@ -1038,3 +1038,93 @@ def test_the_page_speaks_german_from_the_same_table(
         assert {"turn-left", "ready"} <= shown
     finally:
         drv.quit()
+
+
+def test_placement_rules_in_the_browser(driver: Any, server: str) -> None:
+    """The SDK's placement rules on synthetic frames, run in Chromium: one status per problem, the
+    light rules included (too bright has no camera scene of its own), and the captured area."""
+    driver.get(f"{server}/demo")
+    out = run_js(
+        driver,
+        """
+        const w = 54, h = 72;
+        const frame = (bg, face = null, box = null) => {
+          const px = new Uint8ClampedArray(w * h * 4);
+          for (let y = 0; y < h; y++) for (let x = 0; x < w; x++) {
+            const inX = box && x >= box.x * w && x < (box.x + box.w) * w;
+            const inFace = inX && y >= box.y * h && y < (box.y + box.h) * h;
+            const v = inFace ? face : bg;
+            px.set([v, v, v, 255], 4 * (y * w + x));
+          }
+          return px;
+        };
+        const good = { x: 0.31, y: 0.24, w: 0.38, h: 0.38 };
+        const P = (faces, px) => sdk.facePlacement(faces, px, w, h).status;
+        return {
+          ready: P([good], frame(120, 140, good)),
+          noFace: P([], frame(120)),
+          dark: P([], frame(20)),
+          darkFace: P([good], frame(30, 30, good)),
+          backlit: P([good], frame(235, 70, good)),
+          bright: P([good], frame(200, 252, good)),
+          small: P([{ x: 0.45, y: 0.38, w: 0.1, h: 0.12 }], frame(120, 140)),
+          offCentre: P([{ x: 0.0, y: 0.24, w: 0.38, h: 0.38 }], frame(120, 140)),
+          big: P([{ x: 0.05, y: 0.02, w: 0.9, h: 0.85 }], frame(120, 140)),
+          twoFaces: P([good, { x: 0.7, y: 0.3, w: 0.25, h: 0.3 }], frame(120, 140, good)),
+          smallSecond: P([good, { x: 0.8, y: 0.1, w: 0.05, h: 0.06 }], frame(120, 140, good)),
+          heuristicDark: sdk.heuristicPlacement(frame(20), w, h).status,
+          crops: [[1280, 720], [640, 480], [720, 1280], [480, 640]]
+            .map(([W, H]) => sdk.cropRect(W, H, 0.75, 480)),
+          whole: sdk.cropRect(1280, 720, null, 480),
+        };
+        """,
+    )
+    assert out.pop("crops") == [
+        {"x": 370, "y": 0, "w": 540, "h": 720},
+        {"x": 80, "y": 0, "w": 480, "h": 480},  # 640x480: kept at 480p, not 360x480
+        {"x": 0, "y": 160, "w": 720, "h": 960},
+        {"x": 0, "y": 0, "w": 480, "h": 640},
+    ]
+    assert out.pop("whole") == {"x": 0, "y": 0, "w": 1280, "h": 720}
+    assert out == {
+        "ready": "ready",
+        "noFace": "no-face",
+        "dark": "too-dark",
+        "darkFace": "too-dark",
+        "backlit": "backlit",
+        "bright": "too-bright",
+        "small": "move-closer",
+        "offCentre": "center",
+        "big": "move-back",
+        "twoFaces": "one-face",
+        "smallSecond": "ready",
+        "heuristicDark": "too-dark",
+    }
+
+
+def test_the_page_works_from_the_keyboard(server: str, video: Path) -> None:
+    """Tab to the button, Enter to start; focus follows the result; Tab then Enter tries again."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+
+    pytest.importorskip("selenium")
+    ensure_chromium()
+    drv = make_driver(video)
+    try:
+        drv.get(f"{server}/demo")
+        wait_state(drv, {"idle"})
+        body = drv.find_element(By.TAG_NAME, "body")
+        for _ in range(6):
+            if drv.switch_to.active_element.get_attribute("id") == "start":
+                break
+            (drv.switch_to.active_element if _ else body).send_keys(Keys.TAB)
+        assert drv.switch_to.active_element.get_attribute("id") == "start"
+        drv.switch_to.active_element.send_keys(Keys.ENTER)
+        wait_state(drv, {"done"}, timeout_s=120)
+        assert drv.switch_to.active_element.get_attribute("id") == "result"
+        drv.switch_to.active_element.send_keys(Keys.TAB)
+        assert drv.switch_to.active_element.get_attribute("id") == "again"
+        drv.switch_to.active_element.send_keys(Keys.ENTER)
+        assert drv.execute_script("return window.veriliveDemo.state") == "ready"
+    finally:
+        drv.quit()
