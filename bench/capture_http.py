@@ -3,6 +3,7 @@
     python -m bench.capture_http decrypt [--repeats 200]
     python -m bench.capture_http latency [--requests 40] [--scale 1.0]
     python -m bench.capture_http overhead [--repeats 40]
+    python -m bench.capture_http placement [--requests 200]
 
 decrypt: in-process time of KeyRing.decrypt (header, ECDH, HKDF, AES-GCM, framing, meta JSON,
          three SHA-256 digests) of a bundle of about 1 MB.
@@ -10,12 +11,15 @@ latency: server time (Server-Timing header) of /check_capture_liveness on fresh 
          face /check_liveness on the same images, requests interleaved, one process per service.
 overhead: in-process, interleaved: FaceEngine.check against decrypt + CaptureEngine.check on the
           same image, and the per-pair difference (what the capture service adds to face liveness).
+placement: POST /sdk/placement with the SDK's preview copy (240x320 JPEG, quality 70) over loopback:
+           server time (Server-Timing) and round trip, one request at a time, as the SDK sends them.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import tempfile
 import time
 from pathlib import Path
@@ -137,6 +141,37 @@ def overhead(repeats: int) -> None:
     print(f"difference per pair ms:      {summary([c - f for c, f in zip(cap_ms, face_ms, strict=True)])}")
 
 
+def placement(requests: int) -> None:
+    img = decode_image(FACE.read_bytes()).bgr
+    h, w = img.shape[:2]
+    cw = min(w, round(h * 0.75))
+    crop = img[:, (w - cw) // 2 : (w - cw) // 2 + cw]
+    with tempfile.TemporaryDirectory() as tmp:
+        env = {
+            "VERILIVE_CAPTURE_PRIVATE_KEYS": json.dumps([str(KEY)]),
+            "VERILIVE_CAPTURE_REPLAY_URL": f"{tmp}/replay.sqlite3",
+            "VERILIVE_BI_DATABASE_URL": f"{tmp}/bi.sqlite3",
+        }
+        with server("capture", env) as (url, _), httpx.Client(timeout=60) as c:
+            server_times, round_trips, sizes = [], [], []
+            for i in range(requests + 3):  # the first 3 warm the detector up
+                small = cv2.resize(crop, (240, 320), interpolation=cv2.INTER_AREA)
+                small[i % 320, 0] = (i % 256, 0, 0)  # no two frames alike
+                data = cv2.imencode(".jpg", small, [cv2.IMWRITE_JPEG_QUALITY, 70])[1].tobytes()
+                t0 = time.perf_counter()
+                r = c.post(url + "/sdk/placement", content=data, headers={"content-type": "image/jpeg"})
+                rtt = 1000 * (time.perf_counter() - t0)
+                r.raise_for_status()
+                assert len(r.json()["faces"]) == 1
+                if i >= 3:
+                    server_times.append(server_ms(r))
+                    round_trips.append(rtt)
+                    sizes.append(len(data))
+    print(f"frame 240x320 JPEG, {statistics.median(sizes) / 1e3:.1f} kB")
+    print(f"/sdk/placement server ms: {summary(server_times)}")
+    print(f"/sdk/placement round trip ms: {summary(round_trips)}")
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
@@ -147,11 +182,15 @@ def main() -> None:
     lat.add_argument("--scale", type=float, default=1.0)
     ov = sub.add_parser("overhead")
     ov.add_argument("--repeats", type=int, default=40)
+    pl = sub.add_parser("placement")
+    pl.add_argument("--requests", type=int, default=200)
     args = p.parse_args()
     if args.cmd == "decrypt":
         decrypt(args.repeats)
     elif args.cmd == "overhead":
         overhead(args.repeats)
+    elif args.cmd == "placement":
+        placement(args.requests)
     else:
         latency(args.requests, args.scale)
 

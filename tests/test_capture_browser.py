@@ -637,14 +637,19 @@ def run_demo(driver: Any, server: str, shots: Path, name: str) -> tuple[bytes, d
     driver.find_element(By.ID, "start").click()
     deadline = time.monotonic() + 120
     shot = False
+    progress = 0
     while driver.execute_script("return window.veriliveDemo.state") not in {"done", "error"}:
         cue = driver.execute_script("return document.querySelector('.vlc-wrap')?.dataset.cue")
+        progress = max(progress, int(driver.execute_script(
+            "return document.querySelector('.vlc-wrap')?.dataset.progress || 0"
+        )))  # fmt: skip
         if cue and not shot:
             driver.save_screenshot(str(shots / f"{name}-{cue}.png"))
             shot = True
         assert time.monotonic() < deadline, "the demo did not finish"
         time.sleep(0.1)
     assert shot, "the page never showed the turn cue"
+    assert progress >= 75, progress  # the ring filled (placement holding, then the burst's frames)
     wait_state(driver, {"done"})
     driver.save_screenshot(str(shots / f"{name}-done.png"))
     blob = base64.b64decode(
@@ -1126,5 +1131,59 @@ def test_the_page_works_from_the_keyboard(server: str, video: Path) -> None:
         assert drv.switch_to.active_element.get_attribute("id") == "again"
         drv.switch_to.active_element.send_keys(Keys.ENTER)
         assert drv.execute_script("return window.veriliveDemo.state") == "ready"
+    finally:
+        drv.quit()
+
+
+FAKE_FACE_DETECTOR = """
+window.FaceDetector = class {
+  constructor() { window.__faceDetectorCalls = 0; }
+  async detect(video) {
+    window.__faceDetectorCalls += 1;
+    const [x, y, width, height] = window.__fakeBox;
+    return [{ boundingBox: { x, y, width, height }, landmarks: [] }];
+  }
+};
+"""
+
+
+@pytest.mark.parametrize(
+    ("box", "status"),
+    [((520, 120, 240, 270), "ready"), ((590, 200, 100, 110), "move-closer"), ((40, 120, 240, 270), "center")],
+)
+def test_a_browser_face_detector_is_used_in_the_captured_area(
+    server: str, video: Path, box: tuple[int, int, int, int], status: str
+) -> None:
+    """Where the browser has FaceDetector (a stand-in here: Chromium on Linux has none), its boxes,
+    in the 1280x720 camera frame, are mapped into the captured 540x720 area, and no frame goes to
+    the placement endpoint. A face left of the captured area (x 40-280) is off centre."""
+    from selenium.webdriver.common.by import By
+
+    pytest.importorskip("selenium")
+    ensure_chromium()
+    drv = make_driver(video)
+    try:
+        drv.execute_cdp_cmd(
+            "Page.addScriptToEvaluateOnNewDocument",
+            {"source": FAKE_FACE_DETECTOR + f"window.__fakeBox = {list(box)};"},
+        )
+        drv.get(f"{server}/demo?autoTimeoutMs=600000")
+        wait_state(drv, {"idle"})
+        drv.find_element(By.ID, "start").click()
+        wait_hint(drv, "turn-left" if status == "ready" else status)
+        placement = drv.execute_script("return window.veriliveDemo.statuses")
+        assert drv.execute_script("return window.__faceDetectorCalls") > 3
+        sent = drv.execute_script(
+            "return performance.getEntriesByType('resource')"
+            ".filter(e => e.name.includes('/sdk/placement')).length"
+        )
+        assert sent == 0
+        if status == "ready":
+            assert "ready" in placement and "looking" not in placement
+            wait_state(drv, {"done"}, timeout_s=120)
+            bundle = drv.execute_script("return window.veriliveDemo.response")
+            assert bundle["status"] == 200
+        else:
+            assert "ready" not in placement
     finally:
         drv.quit()

@@ -1025,10 +1025,10 @@ export class VeriliveCapture {
       }
     }
     if (!this.options.placementUrl || this.remoteFailures >= 3) return null;
-    this.requestPlacement(crop);
-    if (this.remote && performance.now() - this.remote.at < 2000) return { method: "server", boxes: this.remote.boxes };
-    // Before the first answer (or while answers are late) a wrong on-device hint would mislead.
-    return this.remote ? null : "waiting";
+    if (!this.cue) this.requestPlacement(crop); // while a cue speaks, nobody reads the hints
+    if (this.remote && performance.now() - this.remote.at < 3000) return { method: "server", boxes: this.remote.boxes };
+    // Before the first answer, or while answers are late, a wrong on-device hint would mislead.
+    return "waiting";
   }
 
   // Send a small copy of the captured area to the placement endpoint, one request at a time.
