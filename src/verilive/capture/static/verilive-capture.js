@@ -433,6 +433,7 @@ class FrameTiming {
 
 // The oval guide, as fractions of the captured area's height (centre y, radii); centred in x.
 const GUIDE = { cy: 0.47, ry: 0.36, rxOverRy: 0.75 };
+const WAITING = Symbol("waiting for the placement endpoint");
 const PLACEMENT_H = 320; // the copy sent to the placement endpoint: about 240 x 320, 10-20 kB
 const SAMPLE_H = 72; // the placement check looks at a small copy of the frame; enough for light and motion
 const STEADY_DIFF = 8; // mean absolute luma change between checks, 0..255, above which we say "hold still"
@@ -990,7 +991,7 @@ export class VeriliveCapture {
     let result;
     let method = "heuristic";
     const found = await this.findFaces();
-    if (found === "waiting") {
+    if (found === WAITING) {
       result = { status: "looking" };
       method = "server";
     } else if (found) {
@@ -1009,7 +1010,7 @@ export class VeriliveCapture {
   }
 
   // Face boxes in the captured area {method, boxes: [{x, y, w, h}]} (fractions, largest first);
-  // "waiting" until the placement endpoint's first answer; null: no detector, use the heuristic.
+  // WAITING until the placement endpoint's first answer; null: no detector, use the heuristic.
   async findFaces() {
     const crop = this.crop();
     if (this.faceDetector) {
@@ -1028,7 +1029,7 @@ export class VeriliveCapture {
     if (!this.cue) this.requestPlacement(crop); // while a cue speaks, nobody reads the hints
     if (this.remote && performance.now() - this.remote.at < 3000) return { method: "server", boxes: this.remote.boxes };
     // Before the first answer, or while answers are late, a wrong on-device hint would mislead.
-    return "waiting";
+    return WAITING;
   }
 
   // Send a small copy of the captured area to the placement endpoint, one request at a time.
