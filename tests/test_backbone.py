@@ -46,6 +46,10 @@ def test_converted_backbone_matches_the_pytorch_port(net: backbone.Backbone, sha
     np.testing.assert_allclose(feats[0, ::128], GOLDEN_FEATURES, atol=2e-3)
     (logits,) = net.session.run(["logits"], {"image": x.transpose(0, 3, 1, 2).astype(np.float32)})
     assert np.argsort(-logits[0])[:5].tolist() == GOLDEN_TOP5
+    f2, tex = net.describe(x)
+    np.testing.assert_allclose(f2, feats, atol=1e-5)
+    assert tex.shape == (1, backbone.TEXTURE) and np.isfinite(tex).all()
+    assert (tex[0, 1::2][:40] >= 0).sum() >= 1 and tex.std() > 0.1  # means and deviations, not constants
     # A batch gives the same numbers as single images.
     two = net.features(np.concatenate([x, x[:, ::-1]]))
     np.testing.assert_allclose(two[0], feats[0], atol=1e-4)

@@ -24,8 +24,10 @@ if TYPE_CHECKING:
 MODEL_ID = "efficientnet_lite0"
 INPUT_NAME = "image"
 OUTPUT_NAME = "features"
+TEXTURE_NAME = "texture"  # pooled statistics of three inner blocks (docs/model-efficientnet-lite.md)
 INPUT_SIZE = 224
 FEATURES = 1280
+TEXTURE = 464
 DEFAULT_SCALE = 2.0
 
 
@@ -65,7 +67,7 @@ class Backbone:
     def __init__(self, session: Any) -> None:
         names = [i.name for i in session.get_inputs()]
         outputs = [o.name for o in session.get_outputs()]
-        if names != [INPUT_NAME] or OUTPUT_NAME not in outputs:
+        if names != [INPUT_NAME] or not {OUTPUT_NAME, TEXTURE_NAME} <= set(outputs):
             raise ValueError(f"not an EfficientNet-Lite0 session: inputs {names}, outputs {outputs}")
         self.session = session
 
@@ -75,12 +77,18 @@ class Backbone:
 
     def features(self, crops: np.ndarray, batch: int = 16) -> np.ndarray:
         """(N, 1280) float32 features of (N, 224, 224, 3) uint8 RGB crops."""
+        return self.describe(crops, batch)[0]
+
+    def describe(self, crops: np.ndarray, batch: int = 16) -> tuple[np.ndarray, np.ndarray]:
+        """(N, 1280) features and (N, 464) texture statistics of (N, 224, 224, 3) uint8 RGB crops."""
         c = np.asarray(crops)
         if c.ndim != 4 or c.shape[1:] != (INPUT_SIZE, INPUT_SIZE, 3):
             raise ValueError(f"expected crops of shape (N, {INPUT_SIZE}, {INPUT_SIZE}, 3), got {c.shape}")
-        out = [np.zeros((0, FEATURES), np.float32)]
+        feats = [np.zeros((0, FEATURES), np.float32)]
+        tex = [np.zeros((0, TEXTURE), np.float32)]
         for i in range(0, len(c), batch):
             x = np.ascontiguousarray(c[i : i + batch].transpose(0, 3, 1, 2), dtype=np.float32)
-            (f,) = self.session.run([OUTPUT_NAME], {INPUT_NAME: x})
-            out.append(np.asarray(f, np.float32))
-        return np.concatenate(out)
+            f, t = self.session.run([OUTPUT_NAME, TEXTURE_NAME], {INPUT_NAME: x})
+            feats.append(np.asarray(f, np.float32))
+            tex.append(np.asarray(t, np.float32))
+        return np.concatenate(feats), np.concatenate(tex)

@@ -10,7 +10,9 @@ parameter names below match its keys so it loads with ``strict=True``.
 The ONNX graph takes ``image`` float32 (N, 3, 224, 224), **RGB 0..255**, and scales it itself with the
 mean and standard deviation of the TF lite models (127, 128), so a caller cannot get the scaling
 wrong; docs/model-efficientnet-lite.md shows the check that chose it. Outputs: ``features`` (N, 1280),
-the global average of the head (what the PAD branch reads), and ``logits`` (N, 1000), ImageNet.
+the global average of the head (what the PAD branch reads), ``logits`` (N, 1000), ImageNet, and
+``texture`` (N, 464): the mean and standard deviation over positions of the outputs of blocks 4, 7
+and 10 (40, 80 and 112 channels at 1/8 and 1/16 of the input), finer cues than the head's.
 
 This module imports torch; it is needed only for conversion (``verilive[convert]``).
 """
@@ -35,7 +37,9 @@ FEATURES = 1280
 CLASSES = 1000
 OPSET = 17
 INPUT_NAME = "image"
-OUTPUTS = ("features", "logits")
+OUTPUTS = ("features", "logits", "texture")
+TEXTURE_TAPS = (4, 7, 10)  # block indices whose outputs are pooled into ``texture``
+TEXTURE = 2 * (40 + 80 + 112)
 BN_EPS = 1e-3
 # TF EfficientNet-Lite input scaling: (x - 127) / 128 on RGB 0..255.
 MEAN = 127.0
@@ -115,26 +119,33 @@ class EfficientNetLite0(nn.Module):
 
     def features(self, x: torch.Tensor) -> torch.Tensor:
         """(N, 3, H, W) already scaled -> (N, 1280) pooled head activations."""
+        return self.features_and_texture(x)[0]
+
+    def features_and_texture(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(N, 1280) pooled head activations and (N, 464) pooled statistics of the tapped blocks."""
         x = F.relu6(self._bn0(self._conv_stem(x)))
-        for block in self._blocks:
+        taps = []
+        for i, block in enumerate(self._blocks):
             x = block(x)
+            if i in TEXTURE_TAPS:
+                taps += [x.mean(dim=(2, 3)), x.std(dim=(2, 3))]
         x = F.relu6(self._bn1(self._conv_head(x)))
-        return x.mean(dim=(2, 3))
+        return x.mean(dim=(2, 3)), torch.cat(taps, dim=1)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self._fc(self.features(x))
 
 
 class ScaledLite0(nn.Module):
-    """What the ONNX file holds: RGB 0..255 in, (features, logits) out."""
+    """What the ONNX file holds: RGB 0..255 in, (features, logits, texture) out."""
 
     def __init__(self, net: EfficientNetLite0) -> None:
         super().__init__()
         self.net = net
 
-    def forward(self, image: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        f = self.net.features((image - MEAN) / STD)
-        return f, self.net._fc(f)
+    def forward(self, image: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        f, t = self.net.features_and_texture((image - MEAN) / STD)
+        return f, self.net._fc(f), t
 
 
 def load_model(source: Path) -> EfficientNetLite0:
@@ -183,11 +194,14 @@ def verify_onnx(model: EfficientNetLite0, path: Path, batches: Sequence[int] = V
     for n in batches:
         x = rng.integers(0, 256, (n, 3, INPUT_SIZE, INPUT_SIZE)).astype(np.float32)
         with torch.no_grad():
-            want_f, want_l = (t.numpy() for t in scaled(torch.from_numpy(x)))
-        got_f, got_l = sess.run(list(OUTPUTS), {INPUT_NAME: x})
-        if got_f.shape != (n, FEATURES) or got_l.shape != (n, CLASSES) or not np.all(np.isfinite(got_f)):
-            raise ModelError(f"EfficientNet-Lite0 ONNX export is wrong for batch {n}: {got_f.shape}")
-        diff = float(max(np.max(np.abs(got_f - want_f)), np.max(np.abs(got_l - want_l))))
+            want = [t.numpy() for t in scaled(torch.from_numpy(x))]
+        got = sess.run(list(OUTPUTS), {INPUT_NAME: x})
+        shapes = [(n, FEATURES), (n, CLASSES), (n, TEXTURE)]
+        if [g.shape for g in got] != shapes or not all(np.all(np.isfinite(g)) for g in got):
+            raise ModelError(
+                f"EfficientNet-Lite0 ONNX export is wrong for batch {n}: {[g.shape for g in got]}"
+            )
+        diff = float(max(np.max(np.abs(g - w)) for g, w in zip(got, want, strict=True)))
         if diff > VERIFY_ATOL:
             raise ModelError(
                 f"EfficientNet-Lite0 ONNX differs from torch at batch {n}: max |diff| {diff:.3g}"
