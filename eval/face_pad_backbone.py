@@ -111,7 +111,7 @@ def main() -> None:
                 row[f"{sub} APCER REGULAR"] = float((z[m] >= thr["REGULAR"]).mean())
         results[name] = row
     keys = list(next(iter(results.values())))
-    counts = {sub: int((subsets == sub).sum()) for sub in sorted(set(subsets))}
+    counts = {str(sub): int((subsets == sub).sum()) for sub in sorted(set(subsets))}
     print(f"other cameras: {counts}\n")
     print("| measure | " + " | ".join(COMPARED) + " |")
     print("|---|" + "---:|" * len(COMPARED))
@@ -126,7 +126,8 @@ def main() -> None:
         fig, ax = plt.subplots(figsize=(11, 4.5))
         width = 0.8 / len(COMPARED)
         for i, n in enumerate(COMPARED):
-            ax.bar(np.arange(len(keys)) + i * width, [100 * results[n][k] for k in keys], width, label=n)
+            label = f"{n} (shipped)" if n == COMPARED[0] else n
+            ax.bar(np.arange(len(keys)) + i * width, [100 * results[n][k] for k in keys], width, label=label)
         ax.set_xticks(np.arange(len(keys)) + 0.4 - width / 2, keys, rotation=60, ha="right", fontsize=7)
         ax.set_ylabel("% (APCER for attacks, BPCER for live)")
         ax.set_title("Face PAD with the EfficientNet-Lite0 branch (issue 32), REGULAR unless stated")
