@@ -69,3 +69,52 @@ def test_wide_crop_box() -> None:
     img[:, :, 2] = 255  # red in BGR
     c = backbone.crop(img, (270, 190, 370, 290))
     assert c.shape == (224, 224, 3) and c.dtype == np.uint8 and (c[..., 0] == 255).all()  # RGB out
+
+
+@pytest.mark.slow
+def test_packaged_head_tells_live_photos_from_prints_it_never_saw(
+    net: backbone.Backbone, shared_dir: Path, models_settings: Settings
+) -> None:
+    """pad_silentface is evaluation-only data (never trained on): its two live selfies score above its
+    two photographed prints, by a margin, with the packaged head on the wide crop."""
+    from verilive.face.detector import FaceDetector
+
+    head = backbone.BackboneHead.load()
+    assert head.weights.shape == (backbone.FEATURES + backbone.TEXTURE,) and head.texture
+    assert 1.1 <= head.scale <= 2.7 and np.isfinite(head.weights).all()
+    detector = FaceDetector.from_registry(ModelRegistry(models_settings))
+    scores = {}
+    for name in ("image_T1", "image_T2", "image_F1", "image_F2"):
+        img = cv2.imread(str(shared_dir / f"data/face/pad_silentface/{name}.jpg"))
+        face = detector.detect(img)[0]
+        crop = backbone.crop(img, face.box, head.scale)
+        scores[name] = float(head.live_log_odds(*net.describe(crop[None]))[0])
+    live = min(scores["image_T1"], scores["image_T2"])
+    prints = max(scores["image_F1"], scores["image_F2"])
+    assert live > prints + 2.0, scores
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("sigma", "factor"), [(2.0, 1.0), (0.0, 0.4), (2.0, 0.4), (3.0, 0.3)])
+def test_blurred_and_downscaled_live_faces_stay_live_at_regular(
+    net: backbone.Backbone, shared_dir: Path, models_settings: Settings, sigma: float, factor: float
+) -> None:
+    """Softness alone is not a spoof cue for the branch (issue 32): unseen live selfies, blurred and/or
+    shrunk and scaled back, then JPEG 60, stay above the branch's REGULAR threshold."""
+    from verilive.face.detector import FaceDetector
+
+    head = backbone.BackboneHead.load()
+    soft, regular, hardened = head.thresholds
+    assert soft < regular < hardened  # monotone calibrations
+    detector = FaceDetector.from_registry(ModelRegistry(models_settings))
+    for name in ("image_T1", "image_T2"):
+        img = cv2.imread(str(shared_dir / f"data/face/pad_silentface/{name}.jpg"))
+        x = cv2.GaussianBlur(img, (0, 0), sigma) if sigma else img
+        if factor != 1.0:
+            h, w = x.shape[:2]
+            small = cv2.resize(x, (round(w * factor), round(h * factor)), interpolation=cv2.INTER_AREA)
+            x = cv2.resize(small, (w, h), interpolation=cv2.INTER_LINEAR)
+        x = cv2.imdecode(cv2.imencode(".jpg", x, [cv2.IMWRITE_JPEG_QUALITY, 60])[1], cv2.IMREAD_COLOR)
+        face = detector.detect(x)[0]
+        z = float(head.live_log_odds(*net.describe(backbone.crop(x, face.box, head.scale)[None]))[0])
+        assert z >= regular, (name, z, regular)

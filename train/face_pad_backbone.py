@@ -4,6 +4,7 @@ scored by the same protocols as the face-only branch (issue 32; docs/model-effic
     python -m train.face_pad_data                      # the data cache (once)
     python -m train.face_pad_backbone                  # features (cached), heads, tables
     python -m train.face_pad_backbone --write-scores   # the chosen head's scores for the fusion
+    python -m train.face_pad_backbone --write          # and the packaged head (face/backbone_head.npz)
 
 Features are frozen ImageNet features (the backbone is not fine-tuned here), so they are computed
 once per crop and cached in ``$VERILIVE_FACEPAD_CACHE/backbone_<scale>.npz``:
@@ -327,6 +328,7 @@ def main() -> None:
     ap.add_argument("--scales", type=float, nargs="*", default=list(SCALES))
     ap.add_argument("--c", type=float, nargs="*", default=[0.01])
     ap.add_argument("--write-scores", action="store_true", help="only the chosen head; write its scores")
+    ap.add_argument("--write", action="store_true", help="as --write-scores, and write the packaged head")
     ap.add_argument("--look", action="store_true", help="live copies also get another photo look")
     args = ap.parse_args()
     cache, root = Path(args.cache), data_root(args.data)
@@ -336,7 +338,7 @@ def main() -> None:
     cams = camera_set(root, FaceDetector.from_registry(registry))
     counts = {sub: sum(c[1] == sub for c in cams) for sub in sorted({c[1] for c in cams})}
     print("other cameras:", counts, flush=True)
-    if args.write_scores:
+    if args.write_scores or args.write:
         f = features(items, root, cache, CHOSEN["scale"], net, bool(CHOSEN["look"]))
         f, cam_x = view(f, camera_features(cams, cache, CHOSEN["scale"], net), bool(CHOSEN["texture"]))
         s = protocols(items, f, CHOSEN["c"], bool(CHOSEN["soft"]))
@@ -358,6 +360,27 @@ def main() -> None:
             texture=CHOSEN["texture"],
         )
         print(f"wrote {cache / 'backbone_scores.npz'} and {cache / 'backbone_head.npz'}")
+        if args.write:
+            # Fold the standardisation into the weights: ((x - mu) / sd) @ w + b = x @ (w / sd) + b'.
+            weights = (w / sd).astype(np.float32)
+            bias = float(b - np.sum(w * mu / sd))
+            # The branch's own thresholds (live log-odds) at each calibration's BPCER of the held-aside
+            # live photos, per session, from the out-of-fold scores, as the fusion's calibrations are.
+            ys = np.array([it.label == "live" for it in items])
+            live = ys & (np.array([it.fold for it in items]) >= 0)
+            sw = session_weights(items)
+            thresholds = [
+                bpcer_threshold(s["oof"][live], t, sw[live]) for t in (0.005, REGULAR_BPCER, HARDENED_BPCER)
+            ]
+            np.savez(
+                backbone.HEAD_FILE,
+                weights=weights,
+                bias=np.float64(bias),
+                thresholds=np.asarray(thresholds, np.float64),  # SOFT, REGULAR, HARDENED
+                scale=np.float64(CHOSEN["scale"]),
+                texture=np.bool_(CHOSEN["texture"]),
+            )
+            print(f"wrote {backbone.HEAD_FILE} ({backbone.HEAD_FILE.stat().st_size} bytes)")
         return
     header = None
     for scale in args.scales:

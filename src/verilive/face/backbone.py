@@ -13,6 +13,8 @@ a small head trained by ``train/face_pad_backbone.py`` (docs/model-efficientnet-
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import cv2
@@ -29,6 +31,7 @@ INPUT_SIZE = 224
 FEATURES = 1280
 TEXTURE = 464
 DEFAULT_SCALE = 2.0
+HEAD_FILE = Path(__file__).resolve().parent / "backbone_head.npz"
 
 
 def crop_box(
@@ -92,3 +95,38 @@ class Backbone:
             feats.append(np.asarray(f, np.float32))
             tex.append(np.asarray(t, np.float32))
         return np.concatenate(feats), np.concatenate(tex)
+
+
+@dataclass(frozen=True)
+class BackboneHead:
+    """The live/attack head on the backbone: live log-odds = inputs @ weights + bias, where the inputs
+    are the 1280 features, then the 464 texture statistics when ``texture``. The standardisation of
+    training is folded into the weights. Made by ``python -m train.face_pad_backbone --write``."""
+
+    weights: np.ndarray
+    bias: float
+    scale: float
+    texture: bool
+    # The branch alone: log-odds thresholds at SOFT, REGULAR and HARDENED (0.5, 2.5 and 8 % BPCER of
+    # the held-aside live photos, per session). The fusion sets its own calibrations.
+    thresholds: tuple[float, float, float] = (0.0, 0.0, 0.0)
+
+    @classmethod
+    def load(cls, path: Path = HEAD_FILE) -> BackboneHead:
+        with np.load(path) as z:
+            soft, regular, hardened = (float(v) for v in z["thresholds"])
+            head = cls(
+                np.asarray(z["weights"], np.float64),
+                float(z["bias"]),
+                float(z["scale"]),
+                bool(z["texture"]),
+                (soft, regular, hardened),
+            )
+        want = FEATURES + (TEXTURE if head.texture else 0)
+        if head.weights.shape != (want,):
+            raise ValueError(f"{path}: expected {want} weights, got {head.weights.shape}")
+        return head
+
+    def live_log_odds(self, features: np.ndarray, texture: np.ndarray) -> np.ndarray:
+        x = np.concatenate([features, texture], axis=1) if self.texture else np.asarray(features)
+        return x.astype(np.float64) @ self.weights + self.bias
