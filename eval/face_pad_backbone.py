@@ -1,4 +1,4 @@
-"""Issue 32: the pretrained-backbone branch in the face PAD fusion, against the shipped ensemble.
+"""Issue 32: the pretrained-backbone branch in the face PAD fusion, against the ensemble before it.
 
     python -m train.face_pad_data && python -m train.face_pad    # data and the face-only branch
     python -m train.face_pad_backbone --write-scores             # the backbone head's scores
@@ -41,9 +41,10 @@ from verilive.face.minifasnet import crop as mini_crop
 from verilive.models.sessions import ModelRegistry
 
 DOCS_PNG = REPO / "docs" / "face_pad_backbone.png"
+SHIPPED = "v2 + v1se + facepad + backbone, minifasnet mean guard"  # fusion.json's ensemble since issue 32
 FAMILIES = ("print", "replay", "mask", "cutout", "mannequin")
 COMPARED = (
-    "v2 + v1se + facepad, minifasnet mean guard",  # shipped ensemble
+    "v2 + v1se + facepad, minifasnet mean guard",  # the ensemble before issue 32
     *BACKBONE_CANDIDATES,
 )
 
@@ -126,7 +127,7 @@ def main() -> None:
         fig, ax = plt.subplots(figsize=(11, 4.5))
         width = 0.8 / len(COMPARED)
         for i, n in enumerate(COMPARED):
-            label = f"{n} (shipped)" if n == COMPARED[0] else n
+            label = f"{n} (before)" if n == COMPARED[0] else (f"{n} (shipped)" if n == SHIPPED else n)
             ax.bar(np.arange(len(keys)) + i * width, [100 * results[n][k] for k in keys], width, label=label)
         ax.set_xticks(np.arange(len(keys)) + 0.4 - width / 2, keys, rotation=60, ha="right", fontsize=7)
         ax.set_ylabel("% (APCER for attacks, BPCER for live)")

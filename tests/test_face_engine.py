@@ -64,6 +64,23 @@ def test_clean_portrait_passes(engine: FaceEngine, portrait: np.ndarray) -> None
 
 
 @pytest.mark.slow
+def test_one_image_gets_the_same_score_with_the_backbone_on_the_second_worker(
+    engine: FaceEngine, portrait: np.ndarray
+) -> None:
+    """The shipped ensemble runs the EfficientNet-Lite0 branch; for one image it runs beside the
+    other branches (assess, check) and must give exactly what the serial path gives."""
+    assert "backbone" in engine.fusion["ensemble"].needs and engine.backbone is not None
+    data = png(portrait)
+    _, checked = engine._prepare(data, Domain.GENERAL)
+    serial = float(engine.raw_scores([checked], "ensemble")[0])  # type: ignore[list-item]
+    assert engine.assess(data).score == pytest.approx(serial, abs=1e-9)
+    assert engine.check(data).score == pytest.approx(serial, abs=1e-9)
+    # In a batch (split across the workers by images, not branches) the same image scores the same.
+    batch = engine.check_images([data] * 5)
+    assert all(r.score == pytest.approx(serial, abs=1e-6) for r in batch)
+
+
+@pytest.mark.slow
 def test_face_not_found(engine: FaceEngine) -> None:
     assert code_of(engine, canvas(480, 640)) == ErrorCode.FACE_NOT_FOUND
     noise = np.random.default_rng(0).integers(0, 256, (480, 640, 3), dtype=np.uint8)
@@ -98,7 +115,14 @@ def test_face_too_small(engine: FaceEngine, portrait: np.ndarray) -> None:
     half = cv2.resize(portrait, None, fx=0.5, fy=0.5)
     big[1800 : 1800 + half.shape[0], 1800 : 1800 + half.shape[1]] = half
     assert (
-        FaceEngine(engine.detector, engine.models, engine.hyperfas, engine.facepad, validation=v)
+        FaceEngine(
+            engine.detector,
+            engine.models,
+            engine.hyperfas,
+            engine.facepad,
+            validation=v,
+            backbone=engine.backbone,
+        )
         .check(png(big))
         .error_code
         == ErrorCode.FACE_TOO_SMALL

@@ -809,6 +809,7 @@ def test_packaged_models_resolve_through_the_store(tmp_path: Path) -> None:
         "telephone_map",
         "campplus_tel_params",
         "facepad",
+        "backbone_head",
         "face_fusion",
     ]
     for p in m.packaged:

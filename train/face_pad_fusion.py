@@ -3,8 +3,12 @@
     python -m train.face_pad_fusion            # prints the comparison, writes $CACHE/scores.npz
     python -m train.face_pad_fusion --write    # also writes src/verilive/face/fusion.json
 
+Needs, in the cache: the face-only branch's out-of-fold scores (``python -m train.face_pad``) and the
+backbone branch's (``python -m train.face_pad_backbone --write-scores``).
+
 Branches (each a live log-odds per image): MiniFASNetV2 (2.7x crop), MiniFASNetV1SE (4x crop), HyperFAS
-(1.2x crop, its own P(live)), and the face-only branch (train.face_pad, out of fold). The fusion is a
+(1.2x crop, its own P(live)), the face-only branch (train.face_pad, out of fold) and the backbone
+branch (EfficientNet-Lite0 head on a 1.5x crop, train.face_pad_backbone, out of fold). The fusion is a
 class-balanced logistic regression on those log-odds. Candidate sets of branches are compared on
 cross-fitted scores (learnt on folds {0, 1}, scored on {2, 3}, and the other way round); the shipped
 weights are learnt on all folds. The calibration offsets put the REGULAR, HARDENED and SOFT thresholds
@@ -51,8 +55,8 @@ CANDIDATES: dict[str, tuple[tuple[str, ...], str | None]] = {
     "v2 + facepad, minifasnet mean guard": (("minifasnet_v2", "facepad"), "minifasnet_mean"),
     "v2 + facepad, v2 guard": (("minifasnet_v2", "facepad"), "minifasnet_v2"),
 }
-# With the pretrained backbone branch (issue 32; train.face_pad_backbone --write-scores), when its
-# scores are in the cache. Compared, not shipped, until the engine runs the backbone.
+# With the pretrained backbone branch (issue 32). Compared only, until the engine ran the branch; then
+# eligible under the same rule (docs/model-efficientnet-lite.md says so).
 BACKBONE_CANDIDATES: dict[str, tuple[tuple[str, ...], str | None]] = {
     "v2 + v1se + backbone, minifasnet mean guard": (
         ("minifasnet_v2", "minifasnet_v1se", "backbone"),
@@ -65,6 +69,7 @@ BACKBONE_CANDIDATES: dict[str, tuple[tuple[str, ...], str | None]] = {
     "v2 + v1se + facepad + backbone": (("minifasnet_v2", "minifasnet_v1se", "facepad", "backbone"), None),
     "facepad + backbone": (("facepad", "backbone"), None),
 }
+CANDIDATES.update(BACKBONE_CANDIDATES)
 FAST_CANDIDATES = ("v2 + facepad", "v2 + facepad, v2 guard")
 # How much higher than the engine before a candidate's replay APCER may be (77 real replays: 5 points is
 # about 4 replays, within one binomial standard error at 13 %).
@@ -201,9 +206,10 @@ def main() -> None:
     fp = dict(np.load(cache / "facepad_scores.npz"))
     s = pretrained_scores(items, crops, cache)
     s["facepad"] = fp["facepad_oof"]
-    if (cache / "backbone_scores.npz").exists():
-        s["backbone"] = np.load(cache / "backbone_scores.npz")["backbone_oof"]
-        CANDIDATES.update(BACKBONE_CANDIDATES)
+    if not (cache / "backbone_scores.npz").exists():
+        missing = cache / "backbone_scores.npz"
+        raise SystemExit(f"{missing} is missing: run python -m train.face_pad_backbone --write-scores")
+    s["backbone"] = np.load(cache / "backbone_scores.npz")["backbone_oof"]
     ins = folds >= 0
     print(
         f"{'candidate':<28} {'EER-ish':>8} "
@@ -259,7 +265,10 @@ def main() -> None:
             }
             print(f"{pipe}: {name}")
         doc = {
-            "trained_by": "python -m train.face_pad && python -m train.face_pad_fusion --write",
+            "trained_by": (
+                "python -m train.face_pad && python -m train.face_pad_backbone --write-scores"
+                " && python -m train.face_pad_fusion --write"
+            ),
             "pipelines": pipelines,
         }
         FUSION_OUT.write_text(json.dumps(doc, indent=2) + "\n")

@@ -7,7 +7,8 @@ side when larger -> 224 x 224 RGB (INTER_AREA when shrinking) -> ONNX model ``ef
 
 Why wide: at 2x the box the crop holds the forehead line, the ears, the jaw line and some neck, where
 a worn paper mask, a held-up cut-out or a mannequin's printed face ends (issue 32). The features feed
-a small head trained by ``train/face_pad_backbone.py`` (docs/model-efficientnet-lite.md).
+a small head trained by ``train/face_pad_backbone.py`` (docs/model-efficientnet-lite.md);
+:class:`BackbonePAD` is the face pipelines' ``backbone`` branch: crop, features, head, live log-odds.
 """
 
 from __future__ import annotations
@@ -20,6 +21,8 @@ from typing import TYPE_CHECKING, Any
 import cv2
 import numpy as np
 
+from verilive.models.store import packaged_path
+
 if TYPE_CHECKING:
     from verilive.models.sessions import ModelRegistry
 
@@ -31,7 +34,13 @@ INPUT_SIZE = 224
 FEATURES = 1280
 TEXTURE = 464
 DEFAULT_SCALE = 2.0
+# Where train.face_pad_backbone --write puts the head; the engine finds it through the store.
+# Crops per onnxruntime run in the service. On one intra-op thread a batch is no faster per crop
+# (16.2 ms at 1, 18.4 at 4, 21.2 at 16), and the arena keeps the largest run's activations (peak RSS
+# 145, 222, 535 MiB), so crops go one by one.
+RUN_BATCH = 1
 HEAD_FILE = Path(__file__).resolve().parent / "backbone_head.npz"
+HEAD_ID = "backbone_head"  # its id in the manifest's packaged section
 
 
 def crop_box(
@@ -112,7 +121,8 @@ class BackboneHead:
     thresholds: tuple[float, float, float] = (0.0, 0.0, 0.0)
 
     @classmethod
-    def load(cls, path: Path = HEAD_FILE) -> BackboneHead:
+    def load(cls, path: Path | None = None) -> BackboneHead:
+        path = Path(path) if path is not None else packaged_path(HEAD_ID)
         with np.load(path) as z:
             soft, regular, hardened = (float(v) for v in z["thresholds"])
             head = cls(
@@ -130,3 +140,24 @@ class BackboneHead:
     def live_log_odds(self, features: np.ndarray, texture: np.ndarray) -> np.ndarray:
         x = np.concatenate([features, texture], axis=1) if self.texture else np.asarray(features)
         return x.astype(np.float64) @ self.weights + self.bias
+
+
+class BackbonePAD:
+    """The ``backbone`` branch of the face pipelines: the head's wide crop of a face, the frozen
+    backbone's features and texture statistics, the head's live log-odds. Thread-safe."""
+
+    def __init__(self, backbone: Backbone, head: BackboneHead) -> None:
+        self.backbone = backbone
+        self.head = head
+
+    @classmethod
+    def from_registry(cls, registry: ModelRegistry) -> BackbonePAD:
+        return cls(Backbone.from_registry(registry), BackboneHead.load())
+
+    def crop(self, image_bgr: np.ndarray, box_xyxy: Sequence[float] | np.ndarray) -> np.ndarray:
+        """(224, 224, 3) uint8 RGB crop at the head's scale of the CenterFace box."""
+        return crop(image_bgr, box_xyxy, self.head.scale)
+
+    def live_log_odds(self, crops: np.ndarray) -> np.ndarray:
+        """(N,) live log-odds of (N, 224, 224, 3) crops made by :meth:`crop`."""
+        return self.head.live_log_odds(*self.backbone.describe(crops, RUN_BATCH))

@@ -3,7 +3,8 @@
 One image goes through: decode (EXIF honoured, header checked before pixels) -> CenterFace
 detection -> validation in a fixed order of precedence -> the pipeline's branches on their crops of
 the largest face (MiniFASNetV2 at 2.7x the box, MiniFASNetV1SE at 4x, the face-only branch at
-1.1x; HyperFAS at 1.2x if a pipeline's fusion names it) -> their live log-odds fused by the
+1.1x, the EfficientNet-Lite0 backbone branch at 1.5x; HyperFAS at 1.2x if a pipeline's fusion names
+it; a branch no pipeline's fusion reads is not run) -> their live log-odds fused by the
 pipeline's logistic regression and guard (face/fusion.py) into a raw ``score`` -> ``probability``
 = sigmoid(score + calibration offset), and ``quality`` from face size, sharpness, exposure, pose
 and occlusion.
@@ -21,6 +22,7 @@ import cv2
 import numpy as np
 
 from verilive.config import Settings
+from verilive.face.backbone import BackbonePAD
 from verilive.face.burst import BurstCheck, BurstChecker
 from verilive.face.detector import Face, FaceDetector
 from verilive.face.facepad import FacePAD
@@ -64,6 +66,9 @@ class ErrorCode(StrEnum):
 
 # Branch names of face/fusion.py -> the MiniFASNet model id each runs.
 MINIFASNET_BRANCHES = {"minifasnet_v2": V2, "minifasnet_v1se": V1SE}
+# Branches that cost as much as the rest together (EfficientNet-Lite0: ~13-16 ms a crop on one core,
+# the MiniFASNets and the face-only model ~5 ms together): for one image it runs on a second core.
+HEAVY_BRANCHES = frozenset({"backbone"})
 # Images of a batch whose crops go through the models together.
 CHUNK = 32
 # A face whose roll is beyond the limit is looked for again in the image turned by these (OpenCV
@@ -242,6 +247,7 @@ class FaceEngine:
         max_pixels: int = 40_000_000,
         workers: int = 2,
         burst: BurstChecker | None = None,
+        backbone: BackbonePAD | None = None,
     ) -> None:
         self.detector = detector
         # The 3D check from motion for series; None: series are judged by appearance only.
@@ -249,11 +255,14 @@ class FaceEngine:
         self.models = models
         self.hyperfas = hyperfas
         self.facepad = facepad
+        self.backbone = backbone
         self.fusion = fusion if fusion is not None else load_fusion()
         # Crops are cut only for the branches some pipeline reads.
         self.branches = sorted({b for f in self.fusion.values() for b in f.needs})
         if "hyperfas" in self.branches and hyperfas is None:
             raise ValueError("a face pipeline needs HyperFAS, but no HyperFAS model was given")
+        if "backbone" in self.branches and backbone is None:
+            raise ValueError("a face pipeline needs the backbone branch, but no backbone was given")
         self.validation = validation
         self.max_pixels = max_pixels
         self.workers = max(1, workers)
@@ -262,18 +271,19 @@ class FaceEngine:
     @classmethod
     def from_registry(cls, registry: ModelRegistry, settings: Settings) -> FaceEngine:
         fusion = load_fusion()
-        needs_hyperfas = any("hyperfas" in f.needs for f in fusion.values())
+        needs = {b for f in fusion.values() for b in f.needs}
         detector = FaceDetector.from_registry(registry)
         burst = BurstChecker(detector, FaceMesh.from_registry(registry)) if settings.face_motion3d else None
         return cls(
             detector,
             {m: MiniFASNet.from_registry(registry, m) for m in (V2, V1SE)},
-            HyperFAS.from_registry(registry) if needs_hyperfas else None,
+            HyperFAS.from_registry(registry) if "hyperfas" in needs else None,
             FacePAD.load(),
             fusion,
             validation=Validation.from_settings(settings),
             max_pixels=settings.face_max_image_pixels,
             burst=burst,
+            backbone=BackbonePAD.from_registry(registry) if "backbone" in needs else None,
         )
 
     def close(self) -> None:
@@ -366,6 +376,8 @@ class FaceEngine:
         if self.hyperfas is not None and "hyperfas" in self.branches:
             crops["hyperfas"] = self.hyperfas.crop(img, face.box)
         crops["facepad"] = self.facepad.crop(img, face.box)
+        if self.backbone is not None and "backbone" in self.branches:
+            crops["backbone"] = self.backbone.crop(img, face.box)
         return _Checked(image.width, image.height, face, crops, float(q.overall), details, turns)
 
     def _upright(
@@ -402,7 +414,7 @@ class FaceEngine:
         image, checked = self._prepare(data, domain)
         if isinstance(checked, Rejection):
             return Assessment(image, checked)
-        raw = float(self.raw_scores([checked], pipeline)[0]) if score else None
+        raw = float(self._scores_in_parallel([checked], pipeline)[0]) if score else None
         return Assessment(
             image, None, checked.face, checked.quality, raw, checked.details, checked.quarter_turns
         )
@@ -443,6 +455,8 @@ class FaceEngine:
                 out[b] = logit(np.asarray(p_live, dtype=np.float64))
             elif b == "facepad":
                 out[b] = self.facepad.live_log_odds(np.stack([c.crops[b] for c in checked]))
+            elif b == "backbone" and self.backbone is not None:
+                out[b] = self.backbone.live_log_odds(np.stack([c.crops[b] for c in checked]))
             else:
                 raise ValueError(f"unknown face branch {b!r}")
         return out
@@ -457,10 +471,22 @@ class FaceEngine:
 
     def _scores_in_parallel(self, checked: list[_Checked], pipeline: str) -> np.ndarray:
         """:meth:`raw_scores`, the batch split across the pool's workers (each session runs on one
-        intra-op thread, so two halves keep both cores busy)."""
+        intra-op thread, so two halves keep both cores busy). A batch too small to split (one image)
+        runs its heaviest branch on the pool while this thread runs the others. Never call this from
+        a pool worker: it waits on the pool."""
         workers = self.workers
+        if not checked:
+            return np.zeros(0)
         if len(checked) < 2 * workers:
-            return self.raw_scores(checked, pipeline)
+            fusion = self.fusion[pipeline]
+            heavy = [b for b in fusion.needs if b in HEAVY_BRANCHES]
+            if workers < 2 or not heavy:
+                return self.raw_scores(checked, pipeline)
+            rest = [b for b in fusion.needs if b not in heavy]
+            pending = self._pool.submit(self.branch_scores, checked, heavy)
+            scores = self.branch_scores(checked, rest)
+            scores.update(pending.result())
+            return fusion.fuse(scores)
         step = -(-len(checked) // workers)
         parts = [checked[i : i + step] for i in range(0, len(checked), step)]
         return np.concatenate(list(self._pool.map(lambda part: self.raw_scores(part, pipeline), parts)))

@@ -90,7 +90,7 @@ DEFINITIONS: dict[str, ServiceDefinition] = {
         description="Passive face liveness (face-liveness.md).",
         # BI date parameters are optional from server version 1.30 on, and so they are here.
         api_version=lambda s: "1.30.0",
-        required_models=("centerface", "minifasnet_v2", "minifasnet_v1se", "face_mesh"),
+        required_models=("centerface", "minifasnet_v2", "minifasnet_v1se", "face_mesh", "efficientnet_lite0"),
         router=_face_router,
     ),
     "capture": ServiceDefinition(
@@ -98,7 +98,7 @@ DEFINITIONS: dict[str, ServiceDefinition] = {
         title="verilive capture liveness",
         description="Liveness of encrypted capture bundles (capture-liveness.md).",
         api_version=lambda s: s.capture_api_version,
-        required_models=("centerface", "minifasnet_v2", "minifasnet_v1se", "face_mesh"),
+        required_models=("centerface", "minifasnet_v2", "minifasnet_v1se", "face_mesh", "efficientnet_lite0"),
         router=_capture_router,
         error_code_map=_capture_codes,
         problems=_capture_problems,
