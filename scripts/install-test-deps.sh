@@ -2,7 +2,9 @@
 # Installs the Debian packages the test suite runs as real programs: PostgreSQL, Redis and nginx
 # (tests/servers.py, tests/test_deploy_files.py), Chromium and chromedriver
 # (tests/test_capture_browser.py), espeak-ng and codec2 (tests/test_antispoof.py), the AMR-NB and Opus
-# codec libraries (common/telephone.py, tests/test_telephone.py). `make test` runs it
+# codec libraries (common/telephone.py, tests/test_telephone.py), buildah, podman and mmdebstrap
+# (scripts/build-image.sh, tests/test_image.py).
+# `make test` runs it
 # before pytest. The tests never install anything: a missing program fails them with a message
 # naming this script (the browser and `nginx -t` tests skip instead when not run as root).
 #
@@ -52,6 +54,10 @@ check() {
     has c2enc || missing+=(codec2)
     has_lib libopencore-amrnb.so.0 || missing+=(libopencore-amrnb0)
     has_lib libopus.so.0 || missing+=(libopus0)
+    # The service image (tests/test_image.py, scripts/build-image.sh) and the compose check.
+    has buildah || missing+=(buildah)
+    has podman || missing+=(podman)
+    has mmdebstrap || missing+=(mmdebstrap)
     # As root the tests run PostgreSQL as the `postgres` user through runuser.
     has runuser /usr/sbin/runuser || missing+=(util-linux)
 }

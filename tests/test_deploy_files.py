@@ -268,6 +268,38 @@ def test_nginx_conf_passes_nginx_t(nginx_conf: str, tmp_path: Path) -> None:
     assert bad.returncode != 0
 
 
+def _compose_config(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    exe = Path(sys.executable).parent / "podman-compose"  # the dev extra's, which has `config`
+    cmd = [str(exe), "-f", str(DEPLOY / "compose.yaml"), "config"]
+    return subprocess.run(cmd, capture_output=True, text=True, env=env)
+
+
+def test_compose_file_matches_the_compose_specification(tmp_path: Path) -> None:
+    """Against the compose-spec schema that check-jsonschema vendors (no network)."""
+    exe = str(Path(sys.executable).parent / "check-jsonschema")
+    cmd = [exe, "--builtin-schema", "vendor.compose-spec"]
+    res = subprocess.run([*cmd, str(DEPLOY / "compose.yaml")], capture_output=True, text=True)
+    assert res.returncode == 0, res.stdout + res.stderr
+    # And the check is real: a misspelt key is refused.
+    bad = tmp_path / "compose.yaml"
+    bad.write_text((DEPLOY / "compose.yaml").read_text().replace("depends_on:", "depend_on:", 1))
+    res = subprocess.run([*cmd, str(bad)], capture_output=True, text=True)
+    assert res.returncode != 0
+
+
+def test_compose_file_passes_podman_compose_config() -> None:
+    """`podman-compose config` parses, merges and interpolates the file as `up` would."""
+    env = {k: v for k, v in os.environ.items() if k != "VERILIVE_DB_PASSWORD"}
+    res = _compose_config({**env, "VERILIVE_DB_PASSWORD": "secret-for-the-test"})
+    assert res.returncode == 0, res.stderr
+    resolved = yaml.safe_load(res.stdout)
+    assert {"face", "voice", "capture", "nginx", "postgres", "redis"} <= set(resolved["services"])
+    assert "secret-for-the-test" in json.dumps(resolved["services"]["face"]["environment"])
+    # The database password is required, not silently empty.
+    missing = _compose_config(env)
+    assert missing.returncode != 0 and "VERILIVE_DB_PASSWORD" in missing.stderr
+
+
 # ---------------------------------------------------------------- Kubernetes
 
 
@@ -354,6 +386,35 @@ def test_k8s_capture_keys_come_from_the_secret() -> None:
     # The database URL holds a password: it comes from a Secret too, never the ConfigMap.
     ref = env["VERILIVE_BI_DATABASE_URL"]["valueFrom"]["secretKeyRef"]
     assert ref["key"] in secrets[ref["name"]]["stringData"]
+
+
+K8S_VERSIONS = ("1.30.0", "1.37.0")  # the oldest maintained line we state support for, and the newest
+
+
+@pytest.mark.parametrize("version", K8S_VERSIONS)
+def test_k8s_manifests_match_the_kubernetes_schemas(version: str) -> None:
+    """Every resource, strictly (no unknown fields), against the schemas kubernetes-validate bundles
+    (no network). kustomization.yaml is kustomize's, not an API resource: checked below."""
+    import kubernetes_validate as kv
+
+    checked = 0
+    for path in sorted((DEPLOY / "k8s").glob("*.yaml")):
+        if path.name == "kustomization.yaml":
+            continue
+        for doc in _docs(path):
+            kv.validate(doc, version, strict=True)
+            checked += 1
+    assert checked >= 14  # 4 per service, the ConfigMap, two Secrets
+    # And the check is real: a misspelt field and a wrong type are refused.
+    dep = _kind(_docs(DEPLOY / "k8s" / "face.yaml"), "Deployment")
+    bad = json.loads(json.dumps(dep))
+    bad["spec"]["replica"] = 2
+    with pytest.raises(kv.ValidationError):
+        kv.validate(bad, version, strict=True)
+    bad = json.loads(json.dumps(dep))
+    bad["spec"]["replicas"] = "two"
+    with pytest.raises(kv.ValidationError):
+        kv.validate(bad, version, strict=True)
 
 
 def test_k8s_configmap_and_kustomization(settings_map: dict[str, str]) -> None:
