@@ -111,7 +111,10 @@ def serve(
         raise typer.Exit(1) from exc
 
 
-keys_app = typer.Typer(help="Capture bundle key pairs (docs/bundle-format.md).", no_args_is_help=True)
+keys_app = typer.Typer(
+    help="Capture bundle key pairs (docs/bundle-format.md) and API keys (docs/security.md).",
+    no_args_is_help=True,
+)
 app.add_typer(keys_app, name="keys")
 
 
@@ -139,6 +142,41 @@ def keys_generate(
     typer.echo(f"private key: {path}")
     typer.echo(f"key id: {key_id}")
     typer.echo(f"public key: {public_b64}")
+
+
+@keys_app.command("api")
+def keys_api(
+    name: Annotated[str, typer.Option(help="The key's name: logged with every request it makes.")],
+    scopes: Annotated[
+        list[str], typer.Option("--scope", help="check, backoffice or metrics; repeat for more than one.")
+    ],
+    rate_per_minute: Annotated[
+        int | None, typer.Option(min=1, help="At most this many requests per minute, all replicas together.")
+    ] = None,
+) -> None:
+    """Make an API key: print the key once, and the VERILIVE_API_KEYS entry (its hash) to configure."""
+    import json
+    import secrets
+
+    from pydantic import ValidationError
+
+    from verilive.config import ApiKeyEntry
+    from verilive.server.auth import key_digest
+
+    key = secrets.token_urlsafe(32)
+    try:
+        entry = ApiKeyEntry(
+            name=name,
+            sha256=key_digest(key),
+            scopes=tuple(dict.fromkeys(scopes)),  # type: ignore[arg-type]
+            rate_per_minute=rate_per_minute,
+        )
+    except ValidationError as exc:
+        err.print(f"[red]Invalid key settings: {exc.errors()[0]['loc']}: {exc.errors()[0]['msg']}[/red]")
+        raise typer.Exit(2) from exc
+    typer.echo(f"key (shown once, give it to the client): {key}")
+    typer.echo("entry for VERILIVE_API_KEYS (add it to the JSON list):")
+    typer.echo(json.dumps(entry.model_dump(exclude_none=True)))
 
 
 _mount_models()

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import platformdirs
-from pydantic import Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -44,6 +44,21 @@ class _TomlFileSource(PydanticBaseSettingsSource):
 
     def __call__(self) -> dict[str, Any]:
         return {k: v for k, v in self._data.items() if k in self.settings_cls.model_fields}
+
+
+API_SCOPES = ("check", "backoffice", "metrics")
+
+
+class ApiKeyEntry(BaseModel):
+    """One configured API key: its name (logged), the sha256 of the key (hex; the key itself is
+    never configured), its scopes, and an optional rate limit (docs/security.md#api-keys)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(pattern=r"^[A-Za-z0-9._-]{1,64}$")
+    sha256: str = Field(pattern=r"^[0-9a-fA-F]{64}$")
+    scopes: tuple[Literal["check", "backoffice", "metrics"], ...] = Field(min_length=1)
+    rate_per_minute: int | None = Field(None, ge=1, description="Requests per minute, all replicas together.")
 
 
 class Settings(BaseSettings):
@@ -236,9 +251,26 @@ class Settings(BaseSettings):
         90, ge=0, description="Days BI records are kept before they are purged (0 = keep forever)."
     )
 
+    # --- access control ---
+    api_keys: list[ApiKeyEntry] = Field(
+        default_factory=list,
+        description=(
+            "API keys, JSON list of {name, sha256, scopes, rate_per_minute}; empty: every endpoint is "
+            "open as before (docs/security.md). Make one with `verilive keys api`."
+        ),
+    )
+
     # --- logging ---
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
     log_json: bool = Field(True, description="Structured JSON log lines (false: plain text).")
+
+    @model_validator(mode="after")
+    def _unique_api_keys(self) -> Settings:
+        names = [k.name for k in self.api_keys]
+        hashes = [k.sha256.lower() for k in self.api_keys]
+        if len(set(names)) != len(names) or len(set(hashes)) != len(hashes):
+            raise ValueError("api_keys: each key needs its own name and its own sha256")
+        return self
 
     @field_validator("model_mirror", mode="before")
     @classmethod

@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import ipaddress
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from typing import Any
 
 from fastapi import APIRouter, FastAPI
 
 import verilive
+from verilive.capture.replay import open_replay_store
 from verilive.config import Settings, get_settings
 from verilive.models.sessions import ModelRegistry
 from verilive.server import health
+from verilive.server.auth import BACKOFFICE_PATHS, ApiKeyMiddleware, KeyRing, RateCounter
 from verilive.server.buildinfo import git_commit
 from verilive.server.context import ServiceContext
 from verilive.server.errors import install_error_handlers
@@ -22,6 +26,41 @@ from verilive.server.openapi import install_openapi
 from verilive.server.swagger import install_swagger
 
 log = logging.getLogger("verilive.server")
+
+
+def is_loopback(host: str) -> bool:
+    """127.0.0.0/8, ::1 or localhost: only this machine can connect."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def route_paths(routes: Iterable[Any]) -> set[str]:
+    """Every path served, through included routers (FastAPI keeps those as wrappers)."""
+    out: set[str] = set()
+    for r in routes:
+        if isinstance(getattr(r, "path", None), str):
+            out.add(r.path)
+        inner = getattr(r, "original_router", None) or getattr(r, "routes", None)
+        if inner is not None:
+            out |= route_paths(inner.routes if hasattr(inner, "routes") else inner)
+    return out
+
+
+def open_routes_warning(settings: Settings, app: FastAPI) -> str | None:
+    """The start-up warning when no API keys are set and the service listens beyond loopback."""
+    if settings.api_keys or is_loopback(settings.host):
+        return None
+    paths = sorted(route_paths(app.routes) & (BACKOFFICE_PATHS | {"/metrics"}))
+    return (
+        f"no API keys are configured and the service listens on {settings.host}: anyone who can reach "
+        f"it can call every endpoint, including {', '.join(paths)}; set VERILIVE_API_KEYS "
+        "(`verilive keys api`, docs/security.md)"
+    )
+
 
 SERVICES = ("face", "voice", "capture")
 
@@ -117,6 +156,12 @@ def create_service_app(
     settings = settings or get_settings()
     models = models or ModelRegistry(settings)
     metrics = ServiceMetrics(service)
+    # Per-key rate limits count in the capture replay store (SQLite, or Redis across replicas).
+    rates = (
+        RateCounter(open_replay_store(settings.capture_replay_url))
+        if any(k.rate_per_minute for k in settings.api_keys)
+        else None
+    )
     ctx = ServiceContext(
         service=service,
         api_version=definition.api_version(settings),
@@ -146,8 +191,13 @@ def create_service_app(
         # Service problems (e.g. the capture key, or its local evaluation key) are said at start
         for problem in definition.problems(ctx) if definition.problems is not None else []:
             log.error("%s: %s", service, problem)
+        warning = open_routes_warning(settings, app)
+        if warning is not None:
+            log.warning("%s: %s", service, warning)
         yield
         ctx.close()
+        if rates is not None:
+            rates.store.close()
 
     app = FastAPI(
         title=definition.title,
@@ -170,5 +220,7 @@ def create_service_app(
     app.include_router(health.router)
     install_swagger(app)
     install_openapi(app)
+    if settings.api_keys:  # none: no middleware, every route answers as before
+        app.add_middleware(ApiKeyMiddleware, keys=KeyRing(settings.api_keys), rates=rates)
     app.add_middleware(RequestContextMiddleware, metrics=metrics, max_body_bytes=settings.max_body_bytes)
     return app

@@ -130,6 +130,8 @@ class RequestContextMiddleware:
                     "status": status,
                     "route": route,
                     "duration_ms": round(elapsed * 1000, 2),
+                    # The API key's name (server/auth.py), never the key; None when keys are off.
+                    "key": scope.get("state", {}).get("api_key"),
                 },
             )
             request_id_var.reset(token)
