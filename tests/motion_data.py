@@ -47,7 +47,7 @@ def print_burst(shared_dir: Path, settings: Settings, frames: int = 10) -> list[
         rows = [r for r in csv.DictReader(fh) if r["attack_type"].startswith("print")]
     registry = ModelRegistry(settings)
     det = FaceDetector.from_registry(registry)
-    engine = FaceEngine.from_registry(registry, settings.model_copy(update={"face_motion3d": False}))
+    engine = FaceEngine.from_registry(registry, settings.model_copy(update={"face_motion3d": "off"}))
     try:
         for i, row in enumerate(rows[:40]):
             img = cv2.imread(str(shared_dir / FENI / row["file"]))

@@ -56,3 +56,46 @@ def test_every_setting_is_in_the_readme_table() -> None:
     fields = {name.upper() for name in Settings.model_fields}
     assert fields - documented == set(), "settings missing from the README configuration table"
     assert documented - fields == set(), "README documents settings that do not exist"
+
+
+@pytest.mark.parametrize(
+    ("value", "mode"),
+    [
+        ("off", "off"),
+        ("use", "use"),
+        ("require", "require"),
+        ("REQUIRE", "require"),
+        # The boolean values of the releases before issue 43 keep their meaning.
+        ("true", "use"),
+        ("True", "use"),
+        ("1", "use"),
+        ("false", "off"),
+        ("0", "off"),
+    ],
+)
+def test_face_motion3d_modes_and_old_boolean_values(
+    monkeypatch: pytest.MonkeyPatch, value: str, mode: str
+) -> None:
+    monkeypatch.setenv("VERILIVE_FACE_MOTION3D", value)
+    assert Settings().face_motion3d == mode
+
+
+def test_face_motion3d_defaults_to_use_and_refuses_other_values(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.delenv("VERILIVE_FACE_MOTION3D", raising=False)
+    monkeypatch.delenv("VERILIVE_CONFIG", raising=False)
+    assert Settings().face_motion3d == "use"
+    # A TOML file's real booleans too.
+    cfg = tmp_path / "verilive.toml"
+    cfg.write_text("face_motion3d = false\n")
+    monkeypatch.setenv("VERILIVE_CONFIG", str(cfg))
+    assert Settings().face_motion3d == "off"
+    cfg.write_text("face_motion3d = true\n")
+    assert Settings().face_motion3d == "use"
+    cfg.write_text('face_motion3d = "require"\n')
+    assert Settings().face_motion3d == "require"
+    for bad in ("maybe", "2", "strict"):
+        monkeypatch.setenv("VERILIVE_FACE_MOTION3D", bad)
+        with pytest.raises(ValidationError):
+            Settings()

@@ -15,12 +15,15 @@ from verilive.face.burst import BurstChecker
 from verilive.face.detector import FaceDetector
 from verilive.face.mesh import LEFT_EYE_OUTER, RIGHT_EYE_OUTER, FaceMesh, roi_from_face
 from verilive.face.motion3d import (
+    Motion3D,
     Thresholds,
+    Unjudged,
     Verdict,
     camera,
     judge,
     out_of_plane_angle,
     rigid_residual,
+    series_counts_against,
     shape_turn,
 )
 from verilive.models.sessions import ModelRegistry
@@ -76,13 +79,13 @@ def test_the_same_points_on_a_plane_are_flat() -> None:
 def test_identical_frames_cannot_be_judged() -> None:
     pts = np.repeat(_burst(_head(), [0.0], [50.0]), 10, axis=0)
     r = judge(pts, W, H, rigid=None)
-    assert r.verdict is Verdict.CANNOT_JUDGE
+    assert r.verdict is Verdict.CANNOT_JUDGE and r.reason is Unjudged.NO_TURN and not r.not_rigid
     assert r.residual < 1e-6 and r.face_turn < 1e-3
 
 
 def test_approach_alone_cannot_be_judged() -> None:
     r = judge(_burst(_head(), [0.0] * 10, list(np.linspace(60, 40, 10))), W, H, rigid=None)
-    assert r.verdict is Verdict.CANNOT_JUDGE
+    assert r.verdict is Verdict.CANNOT_JUDGE and r.reason is Unjudged.NO_TURN
 
 
 def test_bad_shapes_are_refused() -> None:
@@ -134,6 +137,34 @@ def test_non_rigid_motion_cannot_be_judged() -> None:
     assert r.residual > Thresholds().max_flat_residual
     assert r.rigid_ratio > Thresholds().max_rigid_ratio
     assert r.verdict is Verdict.CANNOT_JUDGE
+    # ... but it turned: the reason says so, and a face series holds it against liveness.
+    assert r.reason is Unjudged.NOT_RIGID and r.not_rigid
+    assert r.as_details()["motion3d_not_rigid"] == 1.0
+
+
+def test_judged_bursts_carry_no_reason() -> None:
+    assert judge(_burst(_head(), TURN, STILL), W, H, rigid=None).reason is None
+    assert judge(_burst(_head(flat=True), TURN, STILL, jitter=0.3), W, H, rigid=None).reason is None
+
+
+def _m(verdict: Verdict, reason: Unjudged | None = None) -> Motion3D:
+    return Motion3D(verdict, 0.05, 12.0 if reason is not Unjudged.NO_TURN else 2.0, 1.0, 10, (), reason)
+
+
+@pytest.mark.parametrize(
+    ("result", "off", "use", "require"),
+    [
+        (_m(Verdict.THREE_D), False, False, False),
+        (_m(Verdict.FLAT), False, True, True),
+        (_m(Verdict.CANNOT_JUDGE, Unjudged.NOT_RIGID), False, True, True),
+        (_m(Verdict.CANNOT_JUDGE, Unjudged.NO_TURN), False, False, True),
+        (None, False, False, True),  # the check did not run: fewer than 3 frames, not one face
+    ],
+)
+def test_the_series_rule_of_each_mode(result: Motion3D | None, off: bool, use: bool, require: bool) -> None:
+    assert series_counts_against(result, "off") is off
+    assert series_counts_against(result, "use") is use
+    assert series_counts_against(result, "require") is require
 
 
 def test_non_finite_landmarks_are_refused() -> None:

@@ -5,6 +5,7 @@ clip; a print burst is a real printed photo moved as a plane (simulated, common/
 from __future__ import annotations
 
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,7 @@ from verilive.face.burst import BurstCheck
 from verilive.face.deps import face_engine
 from verilive.face.engine import FLAT_SCORE
 from verilive.face.image import decode_image
-from verilive.face.motion3d import Motion3D, Verdict
+from verilive.face.motion3d import Motion3D, SeriesMode, Unjudged, Verdict
 from verilive.server.app import create_service_app
 
 pytestmark = pytest.mark.slow
@@ -91,9 +92,11 @@ def test_print_series_is_not_judged_3d(face: TestClient, print_burst: list[np.nd
     rec = last_record(face)
     # The mesh reads a tilted print as little turn: "cannot judge" (or flat), never 3D.
     assert rec["motion3d"] in {"cannot_judge", "flat"}
-    if rec["motion3d"] == "cannot_judge":
+    result = face_engine(face.app.state.ctx).motion3d(frames).result
+    assert result is not None and result.verdict.value == rec["motion3d"]
+    if rec["motion3d"] == "cannot_judge" and not result.not_rigid:
         assert body["score"] == pytest.approx(batch_mean(face, frames), abs=1e-6)
-    else:
+    else:  # flat, or turned but not rigid: held against the series under the default "use"
         assert body["score"] <= FLAT_SCORE and body["probability"] < 1e-3
 
 
@@ -144,6 +147,112 @@ def test_a_flat_verdict_makes_the_series_a_spoof(face: TestClient, live_burst: l
         engine.burst = saved
     assert body["score"] == FLAT_SCORE and body["probability"] < 1e-4
     assert last_record(face)["motion3d"] == "flat"
+
+
+@contextmanager
+def series_mode(
+    client: TestClient, mode: SeriesMode, verdict: BurstCheck | None = None
+) -> Iterator[list[int]]:
+    """The face engine in ``mode`` for the block; with ``verdict``, its 3D check forced to answer it.
+    Yields a list that counts the forced check's calls."""
+    engine = face_engine(client.app.state.ctx)
+    calls: list[int] = []
+
+    class Forced:
+        def check_encoded(self, images: Any, max_pixels: int) -> BurstCheck:
+            calls.append(len(images))
+            assert verdict is not None
+            return verdict
+
+    saved = engine.motion3d_mode, engine.burst
+    engine.motion3d_mode = mode
+    if verdict is not None:
+        engine.burst = Forced()  # type: ignore[assignment]
+    try:
+        yield calls
+    finally:
+        engine.motion3d_mode, engine.burst = saved
+
+
+FORCED = {
+    "3d": BurstCheck(Motion3D(Verdict.THREE_D, 0.05, 14.0, 0.3, 10)),
+    "flat": BurstCheck(Motion3D(Verdict.FLAT, 0.005, 12.0, 1.0, 10)),
+    "not_rigid": BurstCheck(Motion3D(Verdict.CANNOT_JUDGE, 0.04, 12.0, 1.1, 10, (), Unjudged.NOT_RIGID)),
+    "no_turn": BurstCheck(Motion3D(Verdict.CANNOT_JUDGE, 0.01, 3.0, 1.0, 10, (), Unjudged.NO_TURN)),
+    "not_one_face": BurstCheck(None, "the face jumps between frames (a cut or another person)"),
+}
+
+
+@pytest.mark.parametrize(
+    ("mode", "forced", "capped"),
+    [
+        ("use", "3d", False),
+        ("use", "flat", True),
+        ("use", "not_rigid", True),
+        ("use", "no_turn", False),
+        ("use", "not_one_face", False),
+        ("require", "3d", False),
+        ("require", "flat", True),
+        ("require", "not_rigid", True),
+        ("require", "no_turn", True),
+        ("require", "not_one_face", True),
+    ],
+)
+def test_each_series_mode_rule_with_forced_verdicts(
+    face: TestClient, live_burst: list[np.ndarray], mode: SeriesMode, forced: str, capped: bool
+) -> None:
+    """The rule of each VERILIVE_FACE_MOTION3D mode, with the verdict forced on live frames."""
+    frames = [jpeg(f) for f in live_burst[:5]]
+    with series_mode(face, mode, FORCED[forced]) as calls:
+        body = series(face, frames)
+    assert calls == [5]
+    result = FORCED[forced].result
+    assert last_record(face)["motion3d"] == (result.verdict.value if result is not None else None)
+    if capped:
+        assert body["score"] == FLAT_SCORE and body["probability"] < 1e-4
+    else:
+        assert body["score"] == pytest.approx(batch_mean(face, frames), abs=1e-6)
+        assert body["score"] > FLAT_SCORE
+
+
+def test_require_caps_series_the_check_cannot_run_on(face: TestClient, live_burst: list[np.ndarray]) -> None:
+    """Fewer than 3 frames: no check (the forced one is not called); require caps, use does not."""
+    frames = [jpeg(f) for f in live_burst[:2]]
+    cases: tuple[tuple[SeriesMode, bool], ...] = (("use", False), ("require", True))
+    for mode, capped in cases:
+        with series_mode(face, mode, FORCED["3d"]) as calls:
+            body = series(face, frames)
+        assert calls == [] and last_record(face)["motion3d"] is None
+        assert (body["score"] == FLAT_SCORE) is capped
+
+
+def test_off_runs_no_check(face: TestClient, live_burst: list[np.ndarray]) -> None:
+    frames = [jpeg(f) for f in live_burst[:5]]
+    with series_mode(face, "off", FORCED["flat"]) as calls:
+        body = series(face, frames)
+    assert calls == [] and last_record(face)["motion3d"] is None
+    assert body["score"] == pytest.approx(batch_mean(face, frames), abs=1e-6)
+
+
+def test_real_head_turn_keeps_its_score_under_use_and_require(
+    face: TestClient, live_burst: list[np.ndarray]
+) -> None:
+    frames = [jpeg(f) for f in live_burst]
+    mean = batch_mean(face, frames)
+    modes: tuple[SeriesMode, ...] = ("use", "require")
+    for mode in modes:
+        with series_mode(face, mode):
+            body = series(face, frames)
+        assert last_record(face)["motion3d"] == "3d"
+        assert body["score"] == pytest.approx(mean, abs=1e-6) and body["probability"] > 0.5
+
+
+def test_print_series_is_capped_under_require(face: TestClient, print_burst: list[np.ndarray]) -> None:
+    frames = [jpeg(f) for f in print_burst]
+    with series_mode(face, "require"):
+        body = series(face, frames)
+    assert last_record(face)["motion3d"] in {"cannot_judge", "flat"}
+    assert body["score"] <= FLAT_SCORE and body["probability"] < 1e-3
 
 
 # ---------------------------------------------------------------------------- capture bundles

@@ -198,9 +198,10 @@ class Settings(BaseSettings):
     face_max_images: int = Field(
         64, ge=1, description="Most images in one check_liveness series or check_liveness_batch request."
     )
-    face_motion3d: bool = Field(
-        True,
-        description="Run the 3D check from motion on check_liveness series of 3+ frames (docs/motion3d.md).",
+    face_motion3d: Literal["off", "use", "require"] = Field(
+        "use",
+        description="3D check on check_liveness series of 3+ frames: off; use (flat, or turned but not "
+        "rigid, is a spoof); require (only 3D keeps its score). Old values: true = use, false = off.",
     )
     face_min_face_px: float = Field(
         60.0, ge=0, description="FACE_TOO_SMALL below this face-box height in pixels."
@@ -276,6 +277,20 @@ class Settings(BaseSettings):
     @classmethod
     def _empty_is_none(cls, v: Any) -> Any:
         return None if v in ("", None) else v
+
+    @field_validator("face_motion3d", mode="before")
+    @classmethod
+    def _motion3d_bool(cls, v: Any) -> Any:
+        """face_motion3d was a boolean before issue 43: true (or 1, yes, on) is use, false is off."""
+        if isinstance(v, bool):
+            return "use" if v else "off"
+        if isinstance(v, int):
+            return {1: "use", 0: "off"}.get(v, v)
+        if isinstance(v, str):
+            low = v.strip().lower()
+            return {"true": "use", "1": "use", "yes": "use", "on": "use", "false": "off", "0": "off",
+                    "no": "off"}.get(low, low)  # fmt: skip
+        return v
 
     @classmethod
     def settings_customise_sources(

@@ -31,7 +31,7 @@ from verilive.face.hyperfas import HyperFAS
 from verilive.face.image import DecodedImage, ImageError, decode_image
 from verilive.face.mesh import FaceMesh
 from verilive.face.minifasnet import V1SE, V2, MiniFASNet, retinaface_like_box
-from verilive.face.motion3d import Verdict
+from verilive.face.motion3d import SeriesMode, series_counts_against
 from verilive.face.occlusion import occlusion
 from verilive.face.pipelines import DEFAULT_PIPELINE, Calibration, Domain
 from verilive.face.quality import quality_factors
@@ -79,9 +79,10 @@ _TURNS = {cv2.ROTATE_90_CLOCKWISE: 1, cv2.ROTATE_180: 2, cv2.ROTATE_90_COUNTERCL
 # is rough at large angles (a head tilted 50 degrees, turned by 90, reads 22): a tilted head must
 # stay FACE_ANGLE_TOO_LARGE, while a face on its side turned upright reads under 15 (tests).
 UPRIGHT_ROLL_SHARE = 0.5
-# A series (or capture burst) that the 3D check from motion judges flat is a spoof whatever the
-# appearance models say (docs/motion3d.md): its score is at most this, a probability under 1e-4 with
-# any calibration offset.
+# A series (or capture burst) that the 3D check from motion holds against liveness (judged flat; with
+# series in ``use`` also turned but not rigid; under ``require`` anything but 3D) is a spoof whatever
+# the appearance models say (docs/motion3d.md): its score is at most this, a probability under 1e-4
+# with any calibration offset.
 FLAT_SCORE = -10.0
 
 
@@ -248,10 +249,14 @@ class FaceEngine:
         workers: int = 2,
         burst: BurstChecker | None = None,
         backbone: BackbonePAD | None = None,
+        motion3d_mode: SeriesMode = "use",
     ) -> None:
         self.detector = detector
-        # The 3D check from motion for series; None: series are judged by appearance only.
+        # The 3D check from motion (series and capture bursts); None: no check can run.
         self.burst = burst
+        # How series use it (VERILIVE_FACE_MOTION3D): off, use (flat or turned-not-rigid caps the
+        # score) or require (anything but 3D caps it; without a checker every series is capped).
+        self.motion3d_mode: SeriesMode = motion3d_mode
         self.models = models
         self.hyperfas = hyperfas
         self.facepad = facepad
@@ -273,7 +278,9 @@ class FaceEngine:
         fusion = load_fusion()
         needs = {b for f in fusion.values() for b in f.needs}
         detector = FaceDetector.from_registry(registry)
-        burst = BurstChecker(detector, FaceMesh.from_registry(registry)) if settings.face_motion3d else None
+        # The capture service runs its bursts through this engine's checker too (capture/engine.py).
+        wanted = settings.face_motion3d != "off" or settings.capture_motion3d != "off"
+        burst = BurstChecker(detector, FaceMesh.from_registry(registry)) if wanted else None
         return cls(
             detector,
             {m: MiniFASNet.from_registry(registry, m) for m in (V2, V1SE)},
@@ -284,6 +291,7 @@ class FaceEngine:
             max_pixels=settings.face_max_image_pixels,
             burst=burst,
             backbone=BackbonePAD.from_registry(registry) if "backbone" in needs else None,
+            motion3d_mode=settings.face_motion3d,
         )
 
     def close(self) -> None:
@@ -555,9 +563,12 @@ class FaceEngine:
         quality of the frames that pass validation; frames that fail are skipped. If none passes,
         the first frame's rejection is the answer.
 
-        A series of 3 or more frames also goes through the 3D check from motion: judged flat, its
-        score becomes at most FLAT_SCORE; judged 3D or not judged, the score is unchanged (a screen
-        replay of a moving face is 3D in content, so 3D is no evidence of life)."""
+        A series of 3 or more frames also goes through the 3D check from motion, unless
+        ``motion3d_mode`` is off. With ``use``, a series judged flat, or one that turned in a way
+        neither a plane nor a rigid head explains, gets a score of at most FLAT_SCORE; judged 3D or
+        without enough turn, the score is unchanged (a screen replay of a moving face is 3D in
+        content, so 3D is no evidence of life). With ``require``, only a series judged 3D keeps its
+        score: no turn, not one face, or fewer than 3 frames give at most FLAT_SCORE."""
         results = self.check_images(images, pipeline, calibration, domain)
         good = [r for r in results if r.ok and r.score is not None]
         if not good:
@@ -565,13 +576,20 @@ class FaceEngine:
         score = float(np.mean([r.score for r in good]))
         details = {"frames": float(len(results)), "frames_used": float(len(good))}
         t0 = time.perf_counter()
-        motion = self.motion3d(images) if len(images) >= 3 else BurstCheck(None, "fewer than 3 frames")
+        mode = self.motion3d_mode
+        if mode == "off":
+            motion = BurstCheck(None, "the 3D check is off for series")
+        elif len(images) < 3:
+            motion = BurstCheck(None, "fewer than 3 frames")
+        else:
+            motion = self.motion3d(images)
         verdict = None
         if motion.result is not None:
             verdict = motion.result.verdict.value
             details.update(motion.result.as_details())
-            if motion.result.verdict is Verdict.FLAT:
-                score = min(score, FLAT_SCORE)
+        if series_counts_against(motion.result, mode):
+            score = min(score, FLAT_SCORE)
+            details["motion3d_capped"] = 1.0
         first = good[0]
         return ImageResult(
             score=score,

@@ -23,10 +23,10 @@ For each frame t against the first frame:
 
 The burst's statistics are robust to one bad frame: the second largest per-frame value of each (the
 largest for bursts of three frames or fewer). Verdict:
-- ``CANNOT_JUDGE``: the face did not turn by ``min_turn`` (an approach, a sideways slide, a roll or a
-  still face do not separate a plane from a head; a print tilted in the hand reads 1-5 degrees), or it
-  turned but neither a plane nor a rigid head explains its motion (``rigid_ratio`` over
-  ``max_rigid_ratio``).
+- ``CANNOT_JUDGE``: the face did not turn by ``min_turn`` (reason ``NO_TURN``: an approach, a sideways
+  slide, a roll or a still face do not separate a plane from a head; a print tilted in the hand reads
+  1-5 degrees), or it turned but neither a plane nor a rigid head explains its motion (reason
+  ``NOT_RIGID``: ``rigid_ratio`` over ``max_rigid_ratio``; a face series holds it against liveness).
 - ``FLAT``: it turned, and a homography explains the motion to within ``max_flat_residual``.
 - ``THREE_D``: it turned, no homography explains the motion, and a rigid 3D face does.
 
@@ -39,6 +39,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import Literal
 
 import cv2
 import numpy as np
@@ -69,6 +70,20 @@ class Verdict(StrEnum):
     CANNOT_JUDGE = "cannot_judge"
 
 
+class Unjudged(StrEnum):
+    """Why a burst is ``CANNOT_JUDGE``: it did not turn enough, or it turned and neither a plane nor a
+    rigid head explains its motion (what a tilted print or a flexing sheet most often shows)."""
+
+    NO_TURN = "no_turn"
+    NOT_RIGID = "not_rigid"
+
+
+# How a face series uses the check (``VERILIVE_FACE_MOTION3D``, docs/motion3d.md): ``off`` runs none;
+# ``use`` holds a flat verdict and a turn that is neither flat nor rigid against the series; ``require``
+# holds anything but a 3D verdict against it (no check, no turn, not one face).
+SeriesMode = Literal["off", "use", "require"]
+
+
 @dataclass(frozen=True)
 class Thresholds:
     """Decision thresholds; chosen on the development clips and simulated attacks (docs/motion3d.md)."""
@@ -90,6 +105,13 @@ class Motion3D:
     rigid_ratio: float
     frames: int
     residuals: tuple[float, ...] = ()
+    # Set only for CANNOT_JUDGE: no turn, or turned but not rigid.
+    reason: Unjudged | None = None
+
+    @property
+    def not_rigid(self) -> bool:
+        """It turned, and neither a plane nor a rigid head explains the motion."""
+        return self.verdict is Verdict.CANNOT_JUDGE and self.reason is Unjudged.NOT_RIGID
 
     def as_details(self) -> dict[str, float]:
         return {
@@ -99,7 +121,18 @@ class Motion3D:
             "motion3d_frames": float(self.frames),
             "motion3d_flat": 1.0 if self.verdict is Verdict.FLAT else 0.0,
             "motion3d_judged": 0.0 if self.verdict is Verdict.CANNOT_JUDGE else 1.0,
+            "motion3d_not_rigid": 1.0 if self.not_rigid else 0.0,
         }
+
+
+def series_counts_against(result: Motion3D | None, mode: SeriesMode) -> bool:
+    """Whether a face series' 3D check caps its score (at FLAT_SCORE, face/engine.py); ``result`` is
+    None when the check did not run on it (fewer than 3 frames, not one face, frames of two sizes)."""
+    if mode == "off":
+        return False
+    if mode == "require":
+        return result is None or result.verdict is not Verdict.THREE_D
+    return result is not None and (result.verdict is Verdict.FLAT or result.not_rigid)
 
 
 def _robust_max(values: list[float]) -> float:
@@ -207,15 +240,16 @@ def judge(
         turns.append(shape_turn(sel[0], sel[t]))
     residual, turn = _robust_max(residuals), _robust_max(turns)
     ratio = _robust_max(rigids) / max(residual, 1e-9)
+    reason = None
     if turn < thresholds.min_turn:
-        verdict = Verdict.CANNOT_JUDGE
+        verdict, reason = Verdict.CANNOT_JUDGE, Unjudged.NO_TURN
     elif residual <= thresholds.max_flat_residual:
         verdict = Verdict.FLAT
     elif ratio <= thresholds.max_rigid_ratio:
         verdict = Verdict.THREE_D
     else:
-        verdict = Verdict.CANNOT_JUDGE
-    return Motion3D(verdict, residual, turn, ratio, frames, tuple(residuals))
+        verdict, reason = Verdict.CANNOT_JUDGE, Unjudged.NOT_RIGID
+    return Motion3D(verdict, residual, turn, ratio, frames, tuple(residuals), reason)
 
 
 def _iod(p: np.ndarray) -> float:
