@@ -70,6 +70,8 @@ def test_the_page_shows_only_texts_of_the_table(table: dict[str, dict[str, Any]]
     used |= set(re.findall(r'data-msg(?:-label|-alt)?="([^"]+)"', DEMO))
     used |= set(re.findall(r'return "(camera-[a-z]+)"', DEMO))
     used |= set(re.findall(r'fail\("([^"]+)"', DEMO))
+    used |= set(re.findall(r'"((?:not-)?accepted(?:\.[a-z]+)?)"', DEMO))  # the result's texts
+    assert "not-accepted.turn" in used  # a capture without a turn is told to turn (issue 43)
     assert {"idle", "checking", "get-ready", "camera-blocked", "unreachable", "page.start"} <= used
     assert used <= keys, used - keys
     # No English sentence left in the script (the developer note in <details> is marked lang="en").

@@ -19,7 +19,7 @@
 // message table /sdk/messages.json, so a page can show them in any language.
 //
 // The server's SDK allow-list reads the VERSION line below; keep it the first VERSION in the file.
-export const VERSION = "1.2.0";
+export const VERSION = "1.3.0";
 export const SDK_NAME = "verilive-capture-js";
 export const FORMAT_VERSION = 1;
 
@@ -33,7 +33,7 @@ export const TURN_CUE = "turn-left-then-back";
 // Every status onStatus reports; each is a key of /sdk/messages.json (tests/test_capture_messages.py).
 export const STATUSES = Object.freeze([
   "idle", "starting", "looking", "no-face", "center", "move-closer", "move-back", "one-face", "too-dark",
-  "backlit", "too-bright", "hold-still", "ready", "turn-left", "turn-back", "turn-again", "stopped",
+  "backlit", "too-bright", "look-straight", "hold-still", "ready", "turn-left", "turn-back", "turn-again", "stopped",
 ]);
 
 // ------------------------------------------------------------------ bytes helpers
@@ -445,6 +445,11 @@ const MAX_OFF_Y = 0.14;
 const MIN_FACE_H = 0.25; // face box height over the captured height: under it, "come closer"
 const MAX_FACE_H = 0.7; // over it, "move back"
 const SECOND_FACE = 0.5; // a second face at least this tall, relative to the first, is a second person
+// |yaw| over this (degrees, from the placement endpoint's detector) is not frontal: "look straight". The
+// still is taken only from a frontal face: the server refuses over 30 degrees; the detector's yaw is a
+// rough one (a person looking at the camera with the head tilted reads 21, pad_silentface/image_T1;
+// frontal frames of the head-turn clips read -5 to 5, their turns 15 to 47).
+const MAX_FRONTAL_YAW = 25;
 
 // Skin test in YCbCr (ranges of Chai and Ngan 1999), luma in 0..255.
 function isSkin(r, g, b) {
@@ -589,7 +594,10 @@ export function facePlacement(faces, pixels, w, h) {
   const offY = f.y + f.h / 2 - FACE_CY;
   const light = faceLight(pixels, w, h, f);
   let status = "ready";
+  const yaw = typeof f.yaw === "number" ? f.yaw : null; // FaceDetector gives no pose
   if (others) status = "one-face";
+  // A turned head moves its box and darkens one cheek: say what is wrong, not "centre" or "light".
+  else if (yaw !== null && Math.abs(yaw) > MAX_FRONTAL_YAW) status = "look-straight";
   else if (Math.abs((offX * w) / h) > MAX_OFF_X || Math.abs(offY) > MAX_OFF_Y) status = "center";
   else if (f.h < MIN_FACE_H) status = "move-closer";
   else if (f.h > MAX_FACE_H) status = "move-back";
@@ -600,6 +608,7 @@ export function facePlacement(faces, pixels, w, h) {
     offset_x: round3((offX * w) / h),
     offset_y: round3(offY),
     size: round3(f.h),
+    yaw,
     face_luma: light.face,
     around_luma: light.around,
     clipped: light.clipped,
@@ -693,10 +702,31 @@ export function turnShift(samples) {
 
 const sleep = (ms) => new Promise((resolve) => setTimeout(resolve, ms));
 
+// Face boxes {x, y, w, h, yaw} (fractions of the frame, yaw in degrees) from a /sdk/placement answer.
+function placementBoxes(body) {
+  return (body.faces || []).map((f) => ({
+    x: f.box[0],
+    y: f.box[1],
+    w: f.box[2],
+    h: f.box[3],
+    yaw: typeof f.yaw === "number" ? f.yaw : null,
+  }));
+}
+
+// How far the head turned, in degrees, from each burst frame's yaw (null where no face was read):
+// the second largest difference from the first read frame (one bad frame cannot decide); null when
+// fewer than three frames were read.
+export function turnDegrees(yaws) {
+  const read = yaws.filter((y) => typeof y === "number");
+  if (read.length < 3) return null;
+  const diffs = read.slice(1).map((y) => Math.abs(y - read[0])).sort((a, b) => b - a);
+  return Math.round(10 * (diffs.length > 3 ? diffs[1] : diffs[0])) / 10;
+}
+
 // ------------------------------------------------------------------ preview
 
 const PREVIEW_CSS = `
-.vlc-wrap{position:relative;width:min(100%,calc(70vh * var(--vlc-aspect,.75)));aspect-ratio:var(--vlc-aspect,.75);margin:0 auto;background:#111;overflow:hidden;border-radius:12px}
+.vlc-wrap{position:relative;width:min(100%,calc(var(--vlc-max-height,70vh) * var(--vlc-aspect,.75)));aspect-ratio:var(--vlc-aspect,.75);margin:0 auto;background:#111;overflow:hidden;border-radius:12px}
 .vlc-wrap video{display:block;width:100%;height:100%;object-fit:cover;transform:scaleX(-1)}
 .vlc-wrap svg{position:absolute;inset:0;width:100%;height:100%;pointer-events:none}
 .vlc-guide{fill:none;stroke:#fff;stroke-width:0.6;stroke-dasharray:2 1.5;transition:stroke .2s}
@@ -705,8 +735,10 @@ const PREVIEW_CSS = `
 .vlc-cue{position:absolute;left:50%;top:8%;transform:translateX(-50%);display:none;font:700 2.4rem/1 system-ui,sans-serif;color:#fff;text-shadow:0 0 6px #000}
 .vlc-wrap[data-cue] .vlc-cue{display:block}
 .vlc-wrap[data-cue] .vlc-guide{stroke:#ffd54a;stroke-dasharray:none}
-.vlc-wrap[data-cue=turn-left] .vlc-cue,.vlc-wrap[data-cue=turn-again] .vlc-cue{animation:vlc-left 1.2s ease-in-out infinite alternate}
+.vlc-wrap[data-cue=turn-left] .vlc-cue,.vlc-wrap[data-cue=turn-again] .vlc-cue{animation:vlc-left 1.6s ease-in-out infinite alternate}
+.vlc-wrap[data-cue=turn-back] .vlc-cue{animation:vlc-back 1.2s ease-in-out forwards}
 @keyframes vlc-left{from{transform:translateX(-50%)}to{transform:translateX(-180%)}}
+@keyframes vlc-back{from{transform:translateX(-180%) scaleX(-1)}to{transform:translateX(-50%) scaleX(-1)}}
 @media (prefers-reduced-motion:reduce){.vlc-wrap[data-cue] .vlc-cue{animation:none}.vlc-ring{transition:none}}
 `;
 
@@ -796,12 +828,19 @@ const DEFAULTS = {
   placementUrl: new URL("placement", import.meta.url).href,
   placementIntervalMs: 300,
   burst: true, // ask for a small head turn and record a burst of frames for the server's 3D check
-  burstFrames: 12, // 12 frames at 5 per second: 2.4 s, about 0.4 MB at 640 px
+  // The burst: the still's own frame first (frontal, before the cue), then the turn, 5 frames a second:
+  // "turn left" for turnBackMs, then "back to the camera" to the end (16 frames: 3.0 s).
+  burstFrames: 16,
   burstIntervalMs: 200,
+  turnBackMs: 1600,
   burstMaxSide: 640,
   burstQuality: 0.8,
+  minBurstMs: 800, // the shortest burst (takeNow() during the turn): the server wants 0.8 to 10 s
   turnAttempts: 3, // how many times to ask before sending the best burst anyway (the server decides)
-  minTurnShift: 0.08, // turnShift() at or over this counts as a turn seen on the device
+  cueReadMs: 1500, // "once more" stays this long before the next attempt
+  minTurnDeg: 8, // the head's yaw, as the placement endpoint reads it, moved this far: a turn seen
+  minTurnShift: 0.06, // without yaw (FaceDetector, heuristic): turnShift() at or over this is a turn
+  hintHoldMs: 800, // a hint stays at least this long before the next one replaces it
   onStatus: null, // (status, details) => void, on every change of status
   onReady: null, // () => void, when the face is first well placed
 };
@@ -836,6 +875,11 @@ export class VeriliveCapture {
     this.remoteLast = -Infinity;
     this.remoteFailures = 0;
     this.remoteCanvas = null;
+    this.rawStatus = "idle"; // the placement check's own verdict; `status` is what the person is shown
+    this.statusAt = 0; // when the shown status last changed (performance.now())
+    this.candidate = null; // a new hint waiting to be shown {status, count}
+    this.capturing = false;
+    this.hurry = false; // takeNow(): no more waiting, no more attempts
   }
 
   // The captured area in the camera frame's pixels (see cropRect).
@@ -853,7 +897,7 @@ export class VeriliveCapture {
   }
 
   get ready() {
-    return this.status === "ready";
+    return this.rawStatus === "ready";
   }
 
   // Open the camera into a <video> element (used as is) or a container (gets a preview with an oval).
@@ -899,6 +943,8 @@ export class VeriliveCapture {
     this.timing = new FrameTiming();
     this.framesSeen = 0;
     this.goodChecks = 0;
+    this.rawStatus = "starting";
+    this.candidate = null;
     this.startedAt = performance.now();
     this.running = true;
     this.scheduleFrame();
@@ -992,11 +1038,16 @@ export class VeriliveCapture {
     let method = "heuristic";
     const found = await this.findFaces();
     if (found === WAITING) {
+      // Answers are late (after a turn, on a slow network): keep the hint shown and count nothing,
+      // rather than flash "looking for your face". Before the first answer, say "looking".
+      if (this.remote) return;
       result = { status: "looking" };
       method = "server";
     } else if (found) {
       result = facePlacement(found.boxes, pixels, w, h);
       method = found.method;
+      // The still must come from a frontal face: an answer over a second old does not vouch for it.
+      if (result.status === "ready" && found.age > 1000) result.status = "hold-still";
     } else {
       result = heuristicPlacement(pixels, w, h);
     }
@@ -1005,8 +1056,34 @@ export class VeriliveCapture {
     this.goodChecks = result.status === "ready" ? this.goodChecks + 1 : 0;
     const status = result.status === "ready" && this.goodChecks < READY_CHECKS ? "hold-still" : result.status;
     this.placement = { method, ...result, status, good_checks: this.goodChecks };
+    this.rawStatus = status;
     if (!this.cue) this.setProgress(Math.min(1, this.goodChecks / READY_CHECKS));
-    this.setStatus(status, this.placement);
+    if (status === "ready" && !this.cue) {
+      const waiters = this.readyWaiters;
+      this.readyWaiters = [];
+      for (const wt of waiters) wt.resolve();
+    }
+    this.announce(status, this.placement);
+  }
+
+  // Show a placement hint only when it holds: seen in two checks in a row, and the hint on screen has
+  // stayed hintHoldMs (a person cannot read faster; issue 43 counted 15-19 changes in 10-15 s).
+  announce(status, details) {
+    if (this.cue) return; // the person is turning on purpose: no light or position hints
+    if (status === this.status) {
+      this.candidate = null;
+      return;
+    }
+    if (!this.candidate || this.candidate.status !== status) this.candidate = { status, count: 0 };
+    this.candidate.count += 1;
+    const first = this.status === "starting" || this.status === "looking" || this.status === "idle";
+    const held = performance.now() - this.statusAt >= this.options.hintHoldMs;
+    // "hold still" and "great, hold still" say the same: the step between them needs no hold.
+    const onward = status === "ready" && this.status === "hold-still";
+    if (this.candidate.count >= 2 && (first || held || onward)) {
+      this.candidate = null;
+      this.setStatus(status, details);
+    }
   }
 
   // Face boxes in the captured area {method, boxes: [{x, y, w, h}]} (fractions, largest first);
@@ -1020,14 +1097,15 @@ export class VeriliveCapture {
           .map((f) => f.boundingBox)
           .map((b) => ({ x: (b.x - crop.x) / crop.w, y: (b.y - crop.y) / crop.h, w: b.width / crop.w, h: b.height / crop.h }))
           .sort((a, b) => b.h - a.h);
-        return { method: "FaceDetector", boxes };
+        return { method: "FaceDetector", boxes, age: 0 };
       } catch {
         this.faceDetector = null; // the API exists but does not work here (common on Linux)
       }
     }
     if (!this.options.placementUrl || this.remoteFailures >= 3) return null;
-    if (!this.cue) this.requestPlacement(crop); // while a cue speaks, nobody reads the hints
-    if (this.remote && performance.now() - this.remote.at < 3000) return { method: "server", boxes: this.remote.boxes };
+    if (!this.cue) this.requestPlacement(crop); // while a cue speaks the burst's frames are measured
+    const age = this.remote ? performance.now() - this.remote.at : Infinity;
+    if (age < 3000) return { method: "server", boxes: this.remote.boxes, age };
     // Before the first answer, or while answers are late, a wrong on-device hint would mislead.
     return WAITING;
   }
@@ -1056,8 +1134,7 @@ export class VeriliveCapture {
       .then(async (resp) => {
         if (!resp.ok) throw new Error(`placement: HTTP ${resp.status}`);
         const body = await resp.json();
-        const boxes = (body.faces || []).map((f) => ({ x: f.box[0], y: f.box[1], w: f.box[2], h: f.box[3] }));
-        this.remote = { at: now, boxes };
+        this.remote = { at: now, boxes: placementBoxes(body) };
         this.remoteFailures = 0;
       })
       .catch(() => {
@@ -1081,15 +1158,11 @@ export class VeriliveCapture {
     if (this.cue && !fromCue) return; // the cue speaks; the placement check keeps its own record
     const changed = status !== this.status;
     this.status = status;
+    if (changed) this.statusAt = performance.now();
     if (this.preview) {
       this.preview.wrap.dataset.status = status;
       if (this.cue) this.preview.wrap.dataset.cue = this.cue;
       else delete this.preview.wrap.dataset.cue;
-    }
-    if (status === "ready") {
-      const waiters = this.readyWaiters;
-      this.readyWaiters = [];
-      for (const w of waiters) w.resolve();
     }
     if (changed) {
       if (this.options.onStatus) this.options.onStatus(status, details);
@@ -1099,7 +1172,7 @@ export class VeriliveCapture {
 
   // Resolves when the face is well placed; rejects after timeoutMs.
   whenReady(timeoutMs = 20000) {
-    if (this.ready) return Promise.resolve();
+    if (this.ready || this.hurry) return Promise.resolve();
     return new Promise((resolve, reject) => {
       const waiter = {
         resolve: () => {
@@ -1119,37 +1192,67 @@ export class VeriliveCapture {
     });
   }
 
-  // Capture the current frame and seal it. waitForFace: wait for a well-placed face first (the
-  // default); false captures at once (a "take photo" button), and the placement check's last
-  // verdict goes into the context either way.
+  // Capture and seal. waitForFace: wait for a well-placed, frontal face first (the default); false
+  // captures at once (a "take photo" button). The placement check's last verdict goes into the
+  // context either way.
   //
-  // burst: first ask for a small head turn (status "turn-left", then "turn-back"; "turn-again" when
-  // the turn was not seen, up to turnAttempts times) and record the frames for the server's 3D check.
+  // burst (the default): the still is the frame the burst starts with, taken while the face is
+  // frontal; then the cue asks for a small head turn ("turn-left", then "turn-back") while the burst's
+  // frames are recorded for the server's 3D check. When the turn was not seen the page says
+  // "turn-again" and starts over with a new frontal still, up to turnAttempts times; the bundle
+  // carries the still and the burst of one attempt (meta.burst.still_index). Resolves to
+  // {photo, encryptedFile, turn: {seen, degrees, shift, attempts}}.
   async capture({ waitForFace = true, timeoutMs = 20000, burst = this.options.burst } = {}) {
     if (!this.running) throw new Error("call start() first");
     if (!this.publicKeyB64 || !this.keyId) throw new Error("call setEncryptionKey(publicKey, keyId) first");
-    if (waitForFace) await this.whenReady(timeoutMs);
-    let recorded = null;
-    if (burst) {
-      recorded = await this.recordTurn();
-      if (waitForFace) {
-        // Back to the oval, looking at the camera, for the still image; whoever just turned gets at
-        // least 15 s for that, even when the wait for the first placement was shorter.
-        this.goodChecks = 0;
-        this.setProgress(0);
-        this.setStatus("hold-still", this.placement);
-        await this.whenReady(Math.max(timeoutMs, 15000));
-      }
+    if (this.capturing) {
+      // A second call while one runs (a button pressed during the wait or the turn): hurry that one.
+      this.takeNow();
+      throw new Error("a capture is already running; it was asked to finish now");
     }
-    const v = this.video;
+    this.capturing = true;
+    this.hurry = !waitForFace;
+    try {
+      let shot;
+      if (burst) {
+        shot = await this.recordTurn(timeoutMs);
+      } else {
+        if (!this.hurry) await this.whenReady(timeoutMs);
+        shot = this.grabStill();
+      }
+      return await this.seal(shot);
+    } finally {
+      this.capturing = false;
+      this.hurry = false;
+      this.setCue(null);
+    }
+  }
+
+  // Finish the running capture now: stop waiting for the placement, cut the burst at its shortest
+  // valid length (minBurstMs) and ask for no further turn. Without a running capture it does nothing.
+  takeNow() {
+    if (!this.capturing) return false;
+    this.hurry = true;
+    const waiters = this.readyWaiters;
+    this.readyWaiters = [];
+    for (const w of waiters) w.resolve();
+    return true;
+  }
+
+  // The captured area of the current video frame at full resolution, on a canvas.
+  grabStill() {
     const crop = this.crop();
-    const width = crop.w;
-    const height = crop.h;
-    const timestampMs = Date.now();
     const canvas = document.createElement("canvas");
-    canvas.width = width;
-    canvas.height = height;
-    canvas.getContext("2d").drawImage(v, crop.x, crop.y, width, height, 0, 0, width, height);
+    canvas.width = crop.w;
+    canvas.height = crop.h;
+    canvas.getContext("2d").drawImage(this.video, crop.x, crop.y, crop.w, crop.h, 0, 0, crop.w, crop.h);
+    return { canvas, crop, timestampMs: Date.now(), placement: this.placement };
+  }
+
+  async seal(shot) {
+    const { canvas, crop, timestampMs } = shot;
+    const width = canvas.width;
+    const height = canvas.height;
     const image = await canvasJpeg(canvas, this.options.jpegQuality);
     const scale = Math.min(1, this.options.photoMaxSide / Math.max(width, height));
     const small = document.createElement("canvas");
@@ -1160,9 +1263,14 @@ export class VeriliveCapture {
     sctx.drawImage(canvas, 0, 0, small.width, small.height);
     const photo = await canvasJpeg(small, this.options.photoQuality);
     const context = this.context(width, height, timestampMs, crop);
+    context.placement = shot.placement; // the verdict when the still was taken
     const environment = collectEnvironment();
     // Chromium's --use-file-for-fake-video-capture names the camera after the file it plays.
     environment.automation.camera_is_file = /\.(y4m|mjpe?g)$|^\/|^[A-Za-z]:\\/i.test(context.camera_label);
+    const rec = shot.frames ? shot : null;
+    const turn = rec
+      ? { seen: rec.seen, degrees: rec.degrees, shift: round3(rec.shift), attempts: rec.attempts }
+      : null;
     const bundle = await buildBundle({
       publicKeyB64: this.publicKeyB64,
       keyId: this.keyId,
@@ -1172,13 +1280,16 @@ export class VeriliveCapture {
       context,
       environment,
       timestampMs,
-      burst: recorded ? recorded.frames : null,
-      burstTMs: recorded ? recorded.tMs : null,
-      burstInfo: recorded ? { attempts: recorded.attempts, turn_shift: Math.round(recorded.shift * 1000) / 1000 } : {},
+      burst: rec ? rec.frames : null,
+      burstTMs: rec ? rec.tMs : null,
+      burstInfo: rec
+        ? { still_index: 0, attempts: rec.attempts, turn_deg: rec.degrees, turn_shift: round3(rec.shift) }
+        : {},
     });
     return {
       photo,
       encryptedFile: new Blob([bundle], { type: "application/octet-stream" }),
+      turn,
     };
   }
 
@@ -1188,39 +1299,61 @@ export class VeriliveCapture {
     else if (this.preview) delete this.preview.wrap.dataset.cue;
   }
 
-  // Ask for the turn and record bursts until the turn is seen on the device or the attempts run
-  // out; returns the burst with the largest turn {frames, tMs, shift} and how many were recorded.
-  async recordTurn() {
+  // Waits ms, or less when takeNow() is called meanwhile.
+  async pause(ms) {
+    const end = performance.now() + ms;
+    while (!this.hurry && performance.now() < end) await sleep(Math.min(50, end - performance.now()));
+  }
+
+  // Ask for the turn and record attempts until the turn is seen on the device or the attempts run
+  // out. Each attempt starts with its own frontal still. Returns the attempt with the largest turn.
+  async recordTurn(timeoutMs) {
     const o = this.options;
     let best = null;
     let attempts = 0;
-    try {
-      while (attempts < Math.max(1, o.turnAttempts)) {
-        attempts += 1;
-        this.setCue(attempts === 1 ? "turn-left" : "turn-again");
-        await sleep(attempts === 1 ? 500 : 1200); // time to read the cue
-        const rec = await this.recordFrames(o.burstFrames, o.burstIntervalMs);
-        rec.shift = turnShift(rec.samples);
-        delete rec.samples;
-        if (!best || rec.shift > best.shift) best = rec;
-        if (rec.shift >= o.minTurnShift) break;
+    const better = (a, b) => (a.seen !== b.seen ? a.seen : (a.degrees ?? -1) !== (b.degrees ?? -1)
+      ? (a.degrees ?? -1) > (b.degrees ?? -1) : a.shift > b.shift);
+    while (attempts < Math.max(1, o.turnAttempts)) {
+      if (attempts > 0) {
+        // Say what was missing, long enough to read, then back to the camera for a new still.
+        this.setCue("turn-again");
+        await this.pause(o.cueReadMs);
+        this.setCue(null);
+        if (this.hurry) break; // takeNow() between attempts: send the best one recorded
+        this.goodChecks = 0;
+        this.rawStatus = "hold-still";
+        this.setProgress(0);
+        this.setStatus("hold-still", this.placement);
       }
-    } finally {
-      this.setCue(null);
+      try {
+        // The first wait is the caller's; whoever just turned gets at least 15 s to come back.
+        await this.whenReady(attempts === 0 ? timeoutMs : Math.max(timeoutMs, 15000));
+      } catch (err) {
+        if (best) break; // send what was recorded; the server decides
+        throw err;
+      }
+      attempts += 1;
+      const rec = await this.recordAttempt();
+      if (!best || better(rec, best)) best = rec;
+      if (rec.seen || this.hurry) break;
     }
     return { ...best, attempts };
   }
 
-  // n frames, one every intervalMs: JPEGs at most burstMaxSide, and small copies for turnShift().
-  async recordFrames(n, intervalMs) {
+  // One attempt: the still (the current frame, full resolution), the burst's first frame drawn from
+  // it, then the cue and the turn's frames, one every burstIntervalMs, each measured for the turn.
+  async recordAttempt() {
     const o = this.options;
     const v = this.video;
-    const crop = this.crop();
+    const still = this.grabStill();
+    const t0 = performance.now();
+    const crop = still.crop;
     const scale = Math.min(1, o.burstMaxSide / Math.max(crop.w, crop.h));
     const canvas = document.createElement("canvas");
     canvas.width = Math.max(1, Math.round(crop.w * scale));
     canvas.height = Math.max(1, Math.round(crop.h * scale));
     const ctx = canvas.getContext("2d");
+    ctx.imageSmoothingQuality = "high";
     const small = document.createElement("canvas");
     small.height = TURN_SAMPLE_H;
     small.width = Math.max(1, Math.round((crop.w / crop.h) * TURN_SAMPLE_H));
@@ -1228,22 +1361,67 @@ export class VeriliveCapture {
     const frames = [];
     const tMs = [];
     const samples = [];
-    const t0 = performance.now();
-    for (let i = 0; i < n; i++) {
-      const due = t0 + i * intervalMs;
-      const wait = due - performance.now();
-      if (wait > 0) await sleep(wait);
-      if (i === Math.floor(n / 2) && this.cue && this.cue !== "turn-back") this.setCue("turn-back");
-      tMs.push(Math.max(0, Math.round(performance.now() - t0)));
-      this.setProgress((i + 1) / n);
-      ctx.drawImage(v, crop.x, crop.y, crop.w, crop.h, 0, 0, canvas.width, canvas.height);
-      sctx.drawImage(v, crop.x, crop.y, crop.w, crop.h, 0, 0, small.width, small.height);
+    const yaws = [];
+    const keep = (t) => {
+      tMs.push(t);
+      sctx.drawImage(canvas, 0, 0, small.width, small.height);
       samples.push(turnSample(sctx.getImageData(0, 0, small.width, small.height).data, small.width, small.height));
       frames.push(canvasJpeg(canvas, o.burstQuality)); // encoded while the next frame waits
+      yaws.push(this.measureYaw(canvas));
+    };
+    // Frame 0 is the still, scaled down: the same pixels, so the server can bind one to the other.
+    ctx.drawImage(still.canvas, 0, 0, canvas.width, canvas.height);
+    keep(0);
+    this.setCue("turn-left");
+    this.setProgress(0);
+    const n = Math.max(3, Math.min(BURST_MAX_FRAMES, o.burstFrames));
+    for (let i = 1; i < n; i++) {
+      const last = tMs[tMs.length - 1];
+      if (this.hurry && last >= o.minBurstMs) break; // takeNow(): the shortest valid burst
+      const wait = t0 + i * o.burstIntervalMs - performance.now();
+      if (wait > 0) await sleep(wait);
+      const t = Math.round(performance.now() - t0);
+      if (t - last < 30) continue; // the format wants frames at least 30 ms apart
+      if (this.cue === "turn-left" && t >= o.turnBackMs) this.setCue("turn-back");
+      ctx.drawImage(v, crop.x, crop.y, crop.w, crop.h, 0, 0, canvas.width, canvas.height);
+      keep(t);
+      this.setProgress(i / (n - 1));
     }
-    // Times must not decrease and start at 0 (the format's rule).
-    const first = tMs[0];
-    return { frames: await Promise.all(frames), tMs: tMs.map((t) => t - first), samples };
+    const shift = turnShift(samples);
+    // Yaw answers that have not come within 1.5 s of the last frame are not waited for.
+    const late = sleep(1500).then(() => null);
+    const degrees = turnDegrees(await Promise.all(yaws.map((y) => Promise.race([y, late]))));
+    const seen = degrees !== null ? degrees >= o.minTurnDeg : shift >= o.minTurnShift;
+    return { ...still, frames: await Promise.all(frames), tMs, shift, degrees, seen };
+  }
+
+  // The head's yaw in a burst frame, read by the placement endpoint (null where there is none: a
+  // browser FaceDetector, no endpoint, no face). The answer also refreshes the placement's boxes, so
+  // the hints after the turn need not wait for a new answer.
+  measureYaw(canvas) {
+    if (!this.options.placementUrl || this.remoteFailures >= 3 || this.faceDetector) return Promise.resolve(null);
+    const c = document.createElement("canvas");
+    c.height = PLACEMENT_H;
+    c.width = Math.max(1, Math.round((canvas.width / canvas.height) * PLACEMENT_H));
+    c.getContext("2d").drawImage(canvas, 0, 0, c.width, c.height);
+    const at = performance.now();
+    return canvasJpeg(c, 0.7)
+      .then((blob) =>
+        fetch(this.options.placementUrl, {
+          method: "POST",
+          headers: { "Content-Type": "image/jpeg" },
+          body: blob,
+          cache: "no-store",
+          credentials: "same-origin",
+        }),
+      )
+      .then(async (resp) => {
+        if (!resp.ok) return null;
+        const boxes = placementBoxes(await resp.json());
+        if (!this.remote || this.remote.at < at) this.remote = { at, boxes };
+        return boxes.length ? boxes[0].yaw : null;
+      })
+      .catch(() => null);
   }
 
   context(width, height, timestampMs, crop = null) {
