@@ -177,8 +177,11 @@ class Settings(BaseSettings):
         480, ge=1, description="IMAGE_TOO_SMALL when the image's shorter side is below this (480p), pixels."
     )
     capture_motion3d: Literal["off", "use", "require"] = Field(
-        "use",
-        description="3D check on a bundle's burst: off; use (flat is a spoof); require (only 3D passes).",
+        "require",
+        description=(
+            "3D check on a bundle's burst: off; use (flat or not bound to the still is a spoof);"
+            " require (only a bound burst judged 3D passes; the default)."
+        ),
     )
     capture_burst_limit: int = Field(
         10, ge=1, description="SUSPICIOUS_ACTIVITY above this many captures of one device per minute."

@@ -134,6 +134,7 @@ def build_bundle(
     burst: Sequence[np.ndarray | bytes] | None = None,
     burst_t_ms: Sequence[int] | None = None,
     burst_info: dict[str, Any] | None = None,
+    still_index: int | None = None,
 ) -> bytes:
     """Build an encrypted capture bundle (docs/bundle-format.md).
 
@@ -145,7 +146,9 @@ def build_bundle(
     ``burst``: 3-32 frames of the face moving (the person turning the head when asked), oldest first,
     for the server's 3D check; ``burst_t_ms`` their times in ms from the first (default: 200 ms
     apart); ``burst_info`` more members of ``meta.burst`` (``cue``, ``turn_deg`` measured on the
-    device, ``attempts``).
+    device, ``attempts``). ``still_index`` (required with a burst): the burst frame recorded at the
+    same moment as ``image``, which must be that very camera frame at full resolution; the server
+    refuses a burst that is not bound to the still (docs/motion3d.md, "Binding").
     """
     _, der = load_public_key_b64(public_key_b64)  # fail on a bad key before any image work
     data = Path(image).read_bytes() if isinstance(image, str | Path) else bytes(image)
@@ -170,12 +173,21 @@ def build_bundle(
     burst_part = None
     burst_meta: dict[str, Any] | None = None
     if burst is not None:
+        if isinstance(still_index, bool) or not isinstance(still_index, int):
+            raise ValueError("still_index: which burst frame the image was taken with (an integer)")
+        if not 0 <= still_index < len(burst):
+            raise ValueError(f"still_index {still_index} is outside the burst's {len(burst)} frames")
         jpegs = burst_frames(burst)
         t_ms = list(burst_t_ms) if burst_t_ms is not None else [200 * i for i in range(len(jpegs))]
         if len(t_ms) != len(jpegs):
             raise ValueError("burst_t_ms needs one time per burst frame")
         burst_part = encode_burst(jpegs)
-        burst_meta = {"cue": BURST_CUE, **(burst_info or {}), "t_ms": [int(t) for t in t_ms]}
+        burst_meta = {
+            "cue": BURST_CUE,
+            **(burst_info or {}),
+            "t_ms": [int(t) for t in t_ms],
+            "still_index": still_index,
+        }
     digests, sizes = part_digests(data, photo, external_data, burst_part)
     override = dict(digests_override or {})
     sizes.update(override.pop("sizes", {}))
@@ -226,16 +238,25 @@ class CaptureClient:
 
     def capture(
         self,
-        image: bytes | str | Path,
+        image: bytes | str | Path | None = None,
         *,
         burst: Sequence[np.ndarray | bytes] | None = None,
         burst_t_ms: Sequence[int] | None = None,
         burst_info: dict[str, Any] | None = None,
+        still_index: int = 0,
     ) -> dict[str, bytes]:
         """Encrypt one capture: ``{"photo": small JPEG, "encryptedFile": bundle}``; ``burst`` as in
-        :func:`build_bundle`."""
+        :func:`build_bundle`. Without ``image``, the still is the burst's frame ``still_index`` at
+        full resolution (a kiosk that records one stream: frontal frame first, then the turn)."""
         if self._key is None:
             raise ValueError("call set_encryption_key before capture")
+        if image is None:
+            if burst is None or not 0 <= still_index < len(burst):
+                raise ValueError("capture needs an image, or a burst whose frame still_index is the still")
+            frame = burst[still_index]
+            image = (
+                bytes(frame) if isinstance(frame, bytes | bytearray) else _encode_jpeg(frame, IMAGE_QUALITY)
+            )
         data = Path(image).read_bytes() if isinstance(image, str | Path) else bytes(image)
         photo = make_photo(decode_image(data).bgr)
         bundle = build_bundle(
@@ -250,5 +271,6 @@ class CaptureClient:
             burst=burst,
             burst_t_ms=burst_t_ms,
             burst_info=burst_info,
+            still_index=still_index if burst is not None else None,
         )
         return {"photo": photo, "encryptedFile": bundle}

@@ -9,9 +9,12 @@ implementation. One call of :meth:`CaptureEngine.check` does, in order:
 3. refuse images under ``min_height`` (shorter side) as IMAGE_TOO_SMALL, then the face validation
    codes with the capture spec's messages;
 4. the six rejection detectors (``verilive.capture.detectors``);
-5. the 3D check from motion on the bundle's burst, when it has one (docs/motion3d.md): a face judged
-   flat gets the face score FLAT_SCORE; with ``motion3d`` "require", so does any capture whose burst
-   is missing or not judged 3D;
+5. the 3D check from motion on the bundle's burst, when it has one (docs/motion3d.md), made only
+   when the burst is bound to the still (capture/binding.py: the still is the burst frame at
+   ``still_index``, one continuous face, plausible timing and sizes) and only on the frames that
+   face links to the still; a burst seen before (its bytes or its movement) is SUSPICIOUS_ACTIVITY.
+   A face judged flat, or a burst that is not bound, gets the face score FLAT_SCORE; with
+   ``motion3d`` "require" (the default), so does any capture whose burst is missing or not judged 3D;
 6. score = face log-odds (or a fixed prior) - a penalty per rejection reason, capped below 0 when
    anything is rejected, so that a rejection always gives probability < 0.5.
 """
@@ -23,6 +26,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
+from verilive.capture.binding import BoundBurst, bind, burst_replays, describe
 from verilive.capture.bundle import Bundle
 from verilive.capture.detectors import (
     Reason,
@@ -41,6 +45,7 @@ from verilive.capture.sdk_allowlist import SdkAllowList
 from verilive.capture.useragent import platform_of
 from verilive.config import Settings
 from verilive.face.engine import FLAT_SCORE, ErrorCode, FaceEngine
+from verilive.face.image import DecodedImage
 from verilive.face.pipelines import DEFAULT_PIPELINE, Domain
 from verilive.numeric import sigmoid
 
@@ -91,9 +96,10 @@ class CaptureConfig:
     min_height: int = 480
     face_liveness: bool = True
     pipeline: str = DEFAULT_PIPELINE
-    # The 3D check on the bundle's burst: "off", "use" (a flat face is a spoof; no burst or no verdict
-    # changes nothing) or "require" (only a burst judged 3D keeps the face score).
-    motion3d: Literal["off", "use", "require"] = "use"
+    # The 3D check on the bundle's burst: "off", "use" (a flat face or a burst not bound to the still
+    # is a spoof; no burst or no verdict changes nothing) or "require" (only a bound burst judged 3D
+    # keeps the face score).
+    motion3d: Literal["off", "use", "require"] = "require"
 
     @classmethod
     def from_settings(cls, s: Settings) -> CaptureConfig:
@@ -147,18 +153,34 @@ class CaptureDecision:
     height: int = 0
     quality: float | None = None
     latency_ms: float = 0.0
-    # The 3D check's verdict on the burst ("3d", "flat", "cannot_judge"); None when it did not run.
+    # The 3D check's verdict on the burst ("3d", "flat", "cannot_judge", or "unbound" for a burst not
+    # bound to the still); None when it did not run.
     motion3d: str | None = None
 
 
+# The verdict of a burst that does not vouch for the still (capture/binding.py).
+UNBOUND = "unbound"
+
+
 def motion3d_fold(score: float, verdict: str | None, mode: str) -> float:
-    """The face score after the 3D check: FLAT_SCORE at most for a flat face, and under "require"
-    for anything but a 3D verdict (no burst, a corrupted one, a person who did not turn, a mask)."""
+    """The face score after the 3D check: FLAT_SCORE at most for a flat face or an unbound burst, and
+    under "require" for anything but a 3D verdict (no burst, a corrupted one, a person who did not
+    turn, a mask)."""
     if mode == "off":
         return score
-    if verdict == "flat" or (mode == "require" and verdict != "3d"):
+    if verdict in ("flat", UNBOUND) or (mode == "require" and verdict != "3d"):
         return min(score, FLAT_SCORE)
     return score
+
+
+@dataclass(frozen=True)
+class BurstOutcome:
+    """The burst's part in a decision: the verdict for the fold and the BI record, and findings."""
+
+    verdict: str | None = None
+    bound: BoundBurst | None = None
+    replays: tuple[str, ...] = ()
+    untrusted: tuple[str, ...] = ()
 
 
 def combine(face_score: float | None, reasons: Sequence[str]) -> tuple[float, float]:
@@ -215,7 +237,8 @@ class CaptureEngine:
             relative = r.code == ErrorCode.FACE_TOO_SMALL and r.relative_only
             message = MESSAGES.get("FACE_TOO_SMALL_RELATIVE" if relative else r.code, r.message)
             raise CaptureValidationError(str(r.code), message, image.width, image.height)
-        verdict = self._motion3d(bundle)
+        burst = self._burst(bundle, image, now_ms)
+        verdict = burst.verdict
         face_score = assessment.score
         if face_score is not None:
             face_score = motion3d_fold(face_score, verdict, self.config.motion3d)
@@ -229,7 +252,8 @@ class CaptureEngine:
         findings[Reason.UNTRUSTED_CORRUPTED_PAYLOAD] = corrupted_payload(bundle, image, jpeg)
         findings[Reason.UNTRUSTED_CONTENT] = untrusted_content(
             bundle, image, jpeg, self.replay, windows, now_ms, face_probability
-        )
+        ) + list(burst.untrusted)
+        findings[Reason.SUSPICIOUS_ACTIVITY] += burst.replays
         reasons = [r.value for r in Reason if findings.get(r)]
         score, probability = combine(face_score, reasons)
         return CaptureDecision(
@@ -250,13 +274,30 @@ class CaptureEngine:
         """Faces in a small preview frame, for the SDK's hints; decides and stores nothing."""
         return locate_faces(self.face.detector, data)
 
-    def _motion3d(self, bundle: Bundle) -> str | None:
-        """The 3D check's verdict on the bundle's burst; None when it has no usable burst (none,
-        corrupted, not one face) or the check is off."""
-        if self.config.motion3d == "off" or not bundle.burst:
-            return None
-        result = self.face.motion3d(bundle.burst).result
-        return result.verdict.value if result is not None else None
+    def _burst(self, bundle: Bundle, image: DecodedImage, now_ms: int) -> BurstOutcome:
+        """The burst bound to the still and its 3D check (capture/binding.py); the verdict is None
+        when there is no usable burst (none, or frames dropped as corrupted) or the check is off."""
+        mode = self.config.motion3d
+        if mode == "off":
+            return BurstOutcome()
+        if not bundle.burst:
+            missing = "no burst (required)" if mode == "require" else None
+            return BurstOutcome(untrusted=(missing,) if missing else ())
+        checker = self.face.burst
+        if checker is None:  # the face engine was built without the 3D check
+            return BurstOutcome(untrusted=("the 3D check is not available",) if mode == "require" else ())
+        check = checker.check_encoded(bundle.burst, self.face.max_pixels)
+        bound = bind(bundle, image, check.track, checker)
+        replays = burst_replays(
+            bundle, bound, check.track, self.replay, self.config.image_hash_ttl_s, now_ms / 1000.0
+        )
+        if not bound.bound:
+            return BurstOutcome(UNBOUND, bound, tuple(replays), tuple(describe(bound)))
+        verdict = bound.result.verdict.value if bound.result is not None else None
+        untrusted = (
+            (f"burst judged {verdict} (3d required)",) if mode == "require" and verdict != "3d" else ()
+        )
+        return BurstOutcome(verdict, bound, tuple(replays), untrusted)
 
 
 def summarise(findings: Mapping[str, list[str]]) -> str:

@@ -6,6 +6,9 @@ Two operations, both atomic, both with expiry:
   expired): a second bundle with the same nonce, or a second capture with the same image hash.
 - ``count(namespace, key, window_s)`` records one event and returns how many events the key had in
   the last ``window_s`` seconds, this one included (bursts from one device).
+- ``similar(namespace, buckets, vector, tolerance, ttl_s)`` records a short vector under its first
+  bucket and says whether a vector recorded earlier under any of the buckets is within ``tolerance``
+  (the near-duplicate key of a burst: a re-encoded copy is not byte-identical, but moves the same).
 
 SQLite (a file, the default) serves one host; Redis (``redis://`` URL, the ``redis`` extra) is shared
 by replicas and expires keys itself. Keys are opaque strings (hashes and nonces); nothing personal.
@@ -15,13 +18,17 @@ from __future__ import annotations
 
 import itertools
 import math
+import os
 import sqlite3
 import threading
 import time
 import uuid
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 __all__ = ["RedisReplayStore", "ReplayStore", "SqliteReplayStore", "open_replay_store"]
 
@@ -42,8 +49,39 @@ class ReplayStore(ABC):
     def count(self, namespace: str, key: str, window_s: float, now: float | None = None) -> int:
         """Record one event of ``key``; the number of its events in the last ``window_s`` seconds."""
 
+    @abstractmethod
+    def similar(
+        self,
+        namespace: str,
+        buckets: Sequence[str],
+        vector: Sequence[float],
+        tolerance: float,
+        ttl_s: float,
+        now: float | None = None,
+    ) -> bool:
+        """Record ``vector`` under ``buckets[0]`` for ``ttl_s`` seconds; True when a vector of the same
+        length recorded earlier under any of ``buckets``, and not expired, is within ``tolerance``
+        (see :func:`near`)."""
+
     def close(self) -> None:  # noqa: B027 (optional for subclasses)
         """Release connections."""
+
+
+# Share of coordinates that must agree: one badly tracked frame of a copy must not hide it.
+NEAR_QUANTILE = 0.9
+
+
+def near(a: np.ndarray, b: np.ndarray, tolerance: float) -> bool:
+    """Two vectors are near when NEAR_QUANTILE of their coordinates differ by at most ``tolerance``."""
+    return a.shape == b.shape and float(np.quantile(np.abs(a - b), NEAR_QUANTILE)) <= tolerance
+
+
+def _pack(vector: Sequence[float]) -> bytes:
+    return np.asarray(vector, dtype="<f4").tobytes()
+
+
+def _unpack(blob: bytes) -> np.ndarray:
+    return np.frombuffer(blob, dtype="<f4")
 
 
 class SqliteReplayStore(ReplayStore):
@@ -70,6 +108,11 @@ class SqliteReplayStore(ReplayStore):
                 " ns TEXT NOT NULL, key TEXT NOT NULL, t REAL NOT NULL, expires REAL NOT NULL)"
             )
             self._db.execute("CREATE INDEX IF NOT EXISTS ix_capture_events ON capture_events (ns, key, t)")
+            self._db.execute(
+                "CREATE TABLE IF NOT EXISTS capture_vectors ("
+                " ns TEXT NOT NULL, bucket TEXT NOT NULL, vec BLOB NOT NULL, expires REAL NOT NULL)"
+            )
+            self._db.execute("CREATE INDEX IF NOT EXISTS ix_capture_vectors ON capture_vectors (ns, bucket)")
 
     def __repr__(self) -> str:
         return f"SqliteReplayStore({self.path!r})"
@@ -123,6 +166,37 @@ class SqliteReplayStore(ReplayStore):
         )
         return int(n[0])
 
+    def similar(
+        self,
+        namespace: str,
+        buckets: Sequence[str],
+        vector: Sequence[float],
+        tolerance: float,
+        ttl_s: float,
+        now: float | None = None,
+    ) -> bool:
+        now = time.time() if now is None else now
+        self._maybe_purge(now)
+        mine = np.asarray(vector, dtype=np.float32)
+        marks = ",".join("?" * len(buckets))
+        with self._lock:
+            cur = self._db.cursor()
+            cur.execute("BEGIN IMMEDIATE")
+            try:
+                rows = cur.execute(
+                    f"SELECT vec FROM capture_vectors WHERE ns = ? AND bucket IN ({marks}) AND expires > ?",
+                    (namespace, *buckets, now),
+                ).fetchall()
+                cur.execute(
+                    "INSERT INTO capture_vectors (ns, bucket, vec, expires) VALUES (?, ?, ?, ?)",
+                    (namespace, buckets[0], _pack(vector), now + ttl_s),
+                )
+                cur.execute("COMMIT")
+            except BaseException:
+                cur.execute("ROLLBACK")
+                raise
+        return any(near(_unpack(r[0]), mine, tolerance) for r in rows)
+
     def _maybe_purge(self, now: float) -> None:
         with self._lock:
             if now - self._last_purge < PURGE_INTERVAL_S and now >= self._last_purge:
@@ -136,7 +210,8 @@ class SqliteReplayStore(ReplayStore):
         with self._lock:
             a = self._db.execute("DELETE FROM capture_seen WHERE expires <= ?", (now,)).rowcount
             b = self._db.execute("DELETE FROM capture_events WHERE expires <= ?", (now,)).rowcount
-        return int(a) + int(b)
+            c = self._db.execute("DELETE FROM capture_vectors WHERE expires <= ?", (now,)).rowcount
+        return int(a) + int(b) + int(c)
 
     def close(self) -> None:
         with self._lock:
@@ -181,6 +256,30 @@ class RedisReplayStore(ReplayStore):
         pipe.pexpire(name, max(1, math.ceil(window_s * 1000.0)))
         results = pipe.execute()
         return int(results[2])
+
+    def similar(
+        self,
+        namespace: str,
+        buckets: Sequence[str],
+        vector: Sequence[float],
+        tolerance: float,
+        ttl_s: float,
+        now: float | None = None,
+    ) -> bool:
+        # One sorted set per bucket, each member a vector (with a random tail, so equal vectors stay
+        # two members) scored by its expiry; expired members are dropped on the next write.
+        now = time.time() if now is None else now
+        names = [f"{self.prefix}{namespace}:{b}" for b in buckets]
+        pipe = self._redis.pipeline(transaction=True)
+        pipe.zremrangebyscore(names[0], "-inf", now)
+        for name in names:
+            pipe.zrangebyscore(name, f"({now}", "+inf")
+        pipe.zadd(names[0], {_pack(vector) + os.urandom(8): now + ttl_s})
+        pipe.pexpire(names[0], max(1, math.ceil(ttl_s * 1000.0)))
+        results = pipe.execute()
+        mine = np.asarray(vector, dtype=np.float32)
+        found = [m for r in results[1 : 1 + len(names)] for m in r]
+        return any(near(_unpack(bytes(m)[:-8]), mine, tolerance) for m in found)
 
     def close(self) -> None:
         self._redis.close()

@@ -9,6 +9,7 @@ frames of different sizes, or a face that jumps between frames (another person, 
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -18,7 +19,7 @@ import numpy as np
 from verilive.face.detector import FaceDetector
 from verilive.face.image import ImageError, decode_image
 from verilive.face.mesh import FaceMesh, Mesh, Roi, roi_from_face, roi_from_points
-from verilive.face.motion3d import RIGID_POINTS, Motion3D, Thresholds, Verdict, judge, shape_turn
+from verilive.face.motion3d import RIGID_POINTS, Motion3D, Thresholds, Verdict, judge
 
 # The mesh's face-presence probability under which the track is lost and the detector re-seeds it.
 MIN_PRESENCE = 0.5
@@ -33,12 +34,41 @@ MAX_FRAMES = 32
 MAX_SIDE = 640
 
 
+# Appearance continuity (docs/motion3d.md, "Binding"): two frames at most LINK_SPAN apart are linked
+# when the later face, aligned onto the earlier by a similarity transform of their rigid landmarks,
+# correlates with it by at least LINK_MIN_CORR inside the face. Consecutive live frames at 5 fps: median
+# 0.98, 2-3 % under 0.6 (blur, a misfit mesh); another person's face pasted in place: at most 0.57.
+LINK_MIN_CORR = 0.6
+LINK_MAX_COLOUR = 2.5  # ... or when their mean skin colour (CIELAB a*, b*) differs by at most this
+LINK_SPAN = 2
+
+
+@dataclass(frozen=True)
+class BurstTrack:
+    """The decoded frames (shrunk to MAX_SIDE), the face mesh of each (None: no face), the index of
+    each in the frames as sent (undecodable frames are left out) and the decoded size of the frames."""
+
+    frames: tuple[np.ndarray, ...]
+    meshes: tuple[Mesh | None, ...]
+    indices: tuple[int, ...]
+    size: tuple[int, int]  # (width, height) as decoded, before shrinking
+
+    def position(self, sent_index: int) -> int | None:
+        """Where the frame sent at ``sent_index`` is in this track (None: it was not decoded)."""
+        try:
+            return self.indices.index(sent_index)
+        except ValueError:
+            return None
+
+
 @dataclass(frozen=True)
 class BurstCheck:
-    """The check's result, or why it could not run (``result`` None and ``skipped`` set)."""
+    """The check's result, or why it could not run (``result`` None and ``skipped`` set). ``track``
+    is what the check saw, for checks that bind the burst to other evidence (capture bundles)."""
 
     result: Motion3D | None
     skipped: str | None = None
+    track: BurstTrack | None = None
 
     @property
     def verdict(self) -> Verdict:
@@ -85,13 +115,15 @@ class BurstChecker:
         of large images never sits in memory at full size."""
         if len(images) < MIN_FRAMES:
             return BurstCheck(None, f"fewer than {MIN_FRAMES} frames")
+        sent = list(range(len(images)))
         if len(images) > MAX_FRAMES:
-            images = [images[round(i)] for i in np.linspace(0, len(images) - 1, MAX_FRAMES)]
+            sent = [round(i) for i in np.linspace(0, len(images) - 1, MAX_FRAMES)]
         frames: list[np.ndarray] = []
+        indices: list[int] = []
         sizes = set()
-        for data in images:
+        for i in sent:
             try:
-                img = decode_image(data, max_pixels).bgr
+                img = decode_image(images[i], max_pixels).bgr
             except ImageError:
                 continue
             sizes.add(img.shape[:2])
@@ -99,38 +131,146 @@ class BurstChecker:
             if scale < 1.0:
                 img = cv2.resize(img, None, fx=scale, fy=scale, interpolation=cv2.INTER_AREA)
             frames.append(img)
+            indices.append(i)
         if len(sizes) > 1:
             return BurstCheck(None, "the frames differ in size")
-        return self.check(frames)
+        (h, w), *_ = sizes or {(0, 0)}
+        return self.check(frames, indices=indices, size=(w, h))
 
-    def check(self, frames_bgr: list[np.ndarray]) -> BurstCheck:
+    def check(
+        self,
+        frames_bgr: list[np.ndarray],
+        *,
+        indices: Sequence[int] | None = None,
+        size: tuple[int, int] | None = None,
+    ) -> BurstCheck:
         if len(frames_bgr) < MIN_FRAMES:
             return BurstCheck(None, f"fewer than {MIN_FRAMES} frames")
+        idx = list(indices) if indices is not None else list(range(len(frames_bgr)))
         if len(frames_bgr) > MAX_FRAMES:
-            frames_bgr = [frames_bgr[round(i)] for i in np.linspace(0, len(frames_bgr) - 1, MAX_FRAMES)]
+            keep = [round(i) for i in np.linspace(0, len(frames_bgr) - 1, MAX_FRAMES)]
+            frames_bgr, idx = [frames_bgr[i] for i in keep], [idx[i] for i in keep]
         sizes = {f.shape[:2] for f in frames_bgr}
         if len(sizes) != 1:
             return BurstCheck(None, "the frames differ in size")
+        h, w = frames_bgr[0].shape[:2]
         all_meshes = self.meshes(frames_bgr)
+        track = BurstTrack(tuple(frames_bgr), tuple(all_meshes), tuple(idx), size or (w, h))
         meshes = [m for m in all_meshes if m is not None]
         if len(meshes) < MIN_FRAMES:
-            return BurstCheck(None, "the face was found in fewer than three frames")
+            return BurstCheck(None, "the face was found in fewer than three frames", track)
         for a, b in itertools.pairwise(meshes):
             iod = max(min(a.interocular, b.interocular), 1e-6)
             jump = float(np.hypot(*(a.points[:, :2].mean(axis=0) - b.points[:, :2].mean(axis=0)))) / iod
             step = max(a.interocular, b.interocular) / iod
             if jump > MAX_JUMP_IOD or step > MAX_SIZE_STEP:
-                return BurstCheck(None, "the face jumps between frames (a cut or another person)")
-        h, w = frames_bgr[0].shape[:2]
+                return BurstCheck(None, "the face jumps between frames (a cut or another person)", track)
         points = np.stack([m.points for m in meshes])
-        return BurstCheck(judge(points, w, h, self.thresholds))
+        return BurstCheck(judge(points, w, h, self.thresholds), None, track)
+
+    def judge_positions(self, track: BurstTrack, positions: Sequence[int]) -> Motion3D | None:
+        """The 3D check on the given track positions alone (in time order); None when fewer than
+        MIN_FRAMES of them have a face."""
+        meshes = [m for i in sorted(positions) if (m := track.meshes[i]) is not None]
+        if len(meshes) < MIN_FRAMES:
+            return None
+        h, w = track.frames[0].shape[:2]
+        return judge(np.stack([m.points for m in meshes]), w, h, self.thresholds)
+
+
+def aligned_similarity(frame_a: np.ndarray, a: Mesh, frame_b: np.ndarray, b: Mesh) -> tuple[float, float]:
+    """(correlation, colour difference) of the face of ``a`` and the face of ``b`` warped onto it by
+    the similarity transform of their rigid landmarks, inside the convex hull of ``a``'s landmarks:
+    the Pearson correlation of grey levels, and the larger difference of mean CIELAB a* and b*."""
+    idx = list(RIGID_POINTS)
+    src, dst = b.points[idx, :2].astype(np.float32), a.points[idx, :2].astype(np.float32)
+    m, _ = cv2.estimateAffinePartial2D(src, dst)
+    if m is None:
+        return 0.0, math.inf
+    h, w = frame_a.shape[:2]
+    warped = cv2.warpAffine(frame_b, m, (w, h))
+    mask = np.zeros((h, w), np.uint8)
+    cv2.fillConvexPoly(mask, cv2.convexHull(a.points[:, :2].astype(np.int32)), 1)
+    inside = mask > 0
+    if int(inside.sum()) < 64:
+        return 0.0, math.inf
+    la = cv2.cvtColor(frame_a, cv2.COLOR_BGR2LAB)[inside].astype(np.float64)
+    lb = cv2.cvtColor(warped, cv2.COLOR_BGR2LAB)[inside].astype(np.float64)
+    colour = float(np.max(np.abs(la[:, 1:].mean(axis=0) - lb[:, 1:].mean(axis=0))))
+    return pearson(la[:, 0], lb[:, 0]), colour
+
+
+def pearson(a: np.ndarray, b: np.ndarray) -> float:
+    """Pearson correlation of two equally shaped arrays (0 when either is constant)."""
+    da, db = a - a.mean(), b - b.mean()
+    denom = float(np.sqrt((da * da).sum() * (db * db).sum()))
+    return float((da * db).sum() / denom) if denom > 1e-9 else 0.0
+
+
+def linked_frames(track: BurstTrack, anchor: int) -> set[int]:
+    """The track positions that one continuous face connects to position ``anchor``: frames with a
+    face, linked to a frame at most LINK_SPAN earlier or later by their aligned appearance. A cut to
+    another face, or another person pasted into some frames, splits the burst; a single blurred frame
+    only drops out."""
+    faces = [i for i, m in enumerate(track.meshes) if m is not None]
+    if track.meshes[anchor] is None:
+        return set()
+    parent = {i: i for i in faces}
+
+    def root(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    for k, i in enumerate(faces):
+        for j in faces[k + 1 : k + 1 + LINK_SPAN]:
+            a, b = track.meshes[i], track.meshes[j]
+            assert a is not None and b is not None
+            corr, colour = aligned_similarity(track.frames[i], a, track.frames[j], b)
+            if corr >= LINK_MIN_CORR or colour <= LINK_MAX_COLOUR:
+                parent[root(j)] = root(i)
+    return {i for i in faces if root(i) == root(anchor)}
+
+
+def pose_signature(track: BurstTrack, positions: Sequence[int] | None = None) -> list[float] | None:
+    """How the head moved over the burst, per frame against the first frame with a face: yaw and
+    pitch (degrees, from the rigid landmarks' 3D shape), centre shift (eye distances) and scale
+    (percent). A re-encoded, rescaled or slightly cropped copy of a burst gives nearly the same
+    numbers; two real head turns never do (the burst replay key, docs/motion3d.md). Over the given
+    track positions (default all); None unless each has a face and there are at least two."""
+    chosen = sorted(positions) if positions is not None else range(len(track.meshes))
+    meshes = [track.meshes[i] for i in chosen]
+    if len(meshes) < 2 or any(m is None for m in meshes):
+        return None
+    idx = list(RIGID_POINTS)
+    first = meshes[0]
+    assert first is not None
+    iod0 = max(first.interocular, 1e-6)
+    c0 = first.points[idx, :2].mean(axis=0)
+    out: list[float] = []
+    for m in meshes[1:]:
+        assert m is not None
+        yaw, pitch = yaw_pitch(first.points[idx], m.points[idx])
+        shift = (m.points[idx, :2].mean(axis=0) - c0) / iod0
+        scale = 100.0 * math.log(max(m.interocular, 1e-6) / iod0)
+        out += [yaw, pitch, float(shift[0]) * 10.0, float(shift[1]) * 10.0, scale]
+    return out
+
+
+def yaw_pitch(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
+    """Signed yaw and pitch (degrees) of the 3D point set ``b`` against ``a`` (Kabsch, unit size)."""
+    pa = a - a.mean(axis=0)
+    pb = b - b.mean(axis=0)
+    pa /= max(float(np.sqrt(np.mean(np.sum(pa**2, axis=1)))), 1e-9)
+    pb /= max(float(np.sqrt(np.mean(np.sum(pb**2, axis=1)))), 1e-9)
+    u, _, vt = np.linalg.svd(pa.T @ pb)
+    d = np.sign(np.linalg.det(u @ vt))
+    rot = (u @ np.diag([1.0, 1.0, d]) @ vt).T
+    return math.degrees(math.asin(float(np.clip(rot[0, 2], -1, 1)))), math.degrees(
+        math.asin(float(np.clip(-rot[1, 2], -1, 1)))
+    )
 
 
 def _roi(mesh: Mesh) -> Roi:
     return roi_from_points(mesh.points)
-
-
-def turn_degrees(a: Mesh, b: Mesh) -> float:
-    """Head turn (yaw and pitch, degrees) between two meshes; what a capture client checks on the device."""
-    idx = list(RIGID_POINTS)
-    return shape_turn(a.points[idx], b.points[idx])
