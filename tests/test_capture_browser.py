@@ -705,7 +705,9 @@ def run_demo(driver: Any, server: str, shots: Path, name: str) -> tuple[bytes, d
         if cue and not shot:
             driver.save_screenshot(str(shots / f"{name}-{cue}.png"))
             shot = True
-        assert time.monotonic() < deadline, "the demo did not finish"
+        if time.monotonic() > deadline:
+            seen = driver.execute_script("return window.veriliveDemo.statusLog.slice(-20)")
+            raise AssertionError(f"the demo did not finish; statuses {seen}")
         time.sleep(0.1)
     assert shot, "the page never showed the turn cue"
     assert progress >= 75, progress  # the ring filled (placement holding, then the burst's frames)
@@ -727,18 +729,36 @@ def shots(tmp_path: Path) -> Path:
 
 
 # Real head-turn clips (shared/data/face/video_motion): a part that starts frontal and turns, played
-# forwards then backwards at 5 frames per second, so the loop has no cut. Yaw as the service's detector
-# reads it: "left" stays under 3 degrees to 1.8 s, then turns to 37-47 and back by 5.8 s; "d3" turns
-# to +14 and -14 degrees; "right" turns to -16 to -25 degrees.
+# forwards then backwards at 5 frames per second, so the loop has no cut; each clip frame scaled to
+# `scale` of the 540-line frame and moved up by `up` of it, so the face sits in the oval. Yaw as the
+# service's detector reads it: "left" stays under 3 degrees to 1.8 s, then turns to 37-47 and back by
+# 5.8 s; "right" turns to -16 to -25; "d3" to +14 and -14; "d12" to +22 and -22; "capture4" (a
+# 320x240 webcam) to -20 and +18.
 TURN_CLIPS = {
-    "left": ("antispoof_tranvanluyt/real.mp4", 0.4, 7.4),
-    "right": ("antispoof_tranvanluyt/real.mp4", 6.0, 11.8),
-    "d3": ("liveportrait/d3.mp4", 3.4, 8.2),
+    "left": ("antispoof_tranvanluyt/real.mp4", 0.4, 7.4, 1.0, 0.0),
+    "right": ("antispoof_tranvanluyt/real.mp4", 6.0, 11.8, 1.0, 0.0),
+    "d3": ("liveportrait/d3.mp4", 3.4, 8.2, 0.6, 0.12),
+    "d12": ("liveportrait/d12.mp4", 0.0, 4.6, 0.7, 0.07),
+    "capture4": ("headtrackr/capture4.mp4", 0.0, 5.0, 1.0, 0.2),
 }
 
 
+def placed(picture: np.ndarray, scale: float, up: float, width: int = 960, height: int = 540) -> np.ndarray:
+    """A clip frame at `scale` of the frame's height, centred, moved up by `up` of the height, on
+    plain grey (as a plain wall behind a person)."""
+    h, w = picture.shape[:2]
+    fh = round(height * scale)
+    fg = cv2.resize(picture, (round(w * fh / h), fh), interpolation=cv2.INTER_AREA)
+    out = np.full((height, width, 3), 118, np.uint8)
+    x = (width - fg.shape[1]) // 2
+    y = (height - fh) // 2 - round(up * height)
+    top, cut = max(0, y), max(0, -y)
+    out[top : top + fh - cut, x : x + fg.shape[1]] = fg[cut:]
+    return out
+
+
 def turn_video(shared_dir: Path, tmp_path: Path, clip: str = "left") -> Path:
-    name, start_s, stop_s = TURN_CLIPS[clip]
+    name, start_s, stop_s, scale, up = TURN_CLIPS[clip]
     cap = cv2.VideoCapture(str(shared_dir / "data/face/video_motion" / name))
     fps = cap.get(cv2.CAP_PROP_FPS) or 30.0
     frames = []
@@ -749,7 +769,7 @@ def turn_video(shared_dir: Path, tmp_path: Path, clip: str = "left") -> Path:
             break
         # 5 frames a second of the part (a frame whenever a new 200 ms step begins)
         if index / fps >= start_s and int(index / fps * 5) != int((index - 1) / fps * 5):
-            frames.append(centred(f))
+            frames.append(placed(f, scale, up))
         index += 1
     assert len(frames) >= 20, (name, len(frames))
     video = tmp_path / f"turn-{clip}.y4m"

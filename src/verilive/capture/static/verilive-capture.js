@@ -1078,9 +1078,9 @@ export class VeriliveCapture {
     this.candidate.count += 1;
     const first = this.status === "starting" || this.status === "looking" || this.status === "idle";
     const held = performance.now() - this.statusAt >= this.options.hintHoldMs;
-    // "hold still" and "great, hold still" say the same: the step between them needs no hold.
-    const onward = status === "ready" && this.status === "hold-still";
-    if (this.candidate.count >= 2 && (first || held || onward)) {
+    // "ready" (four good checks in a row) is the step to the still and the cue: shown at once.
+    const onward = status === "ready";
+    if (onward || (this.candidate.count >= 2 && (first || held))) {
       this.candidate = null;
       this.setStatus(status, details);
     }
