@@ -410,15 +410,20 @@ def _burst_frames(n: int = 4) -> list[np.ndarray]:
 
 def test_client_burst_round_trip(ring: KeyRing, jpeg: bytes) -> None:
     frames = _burst_frames()
-    blob = build_bundle(TEST_PUB, TEST_KID, jpeg, burst=frames, burst_info={"turn_deg": 12.0})
+    blob = build_bundle(TEST_PUB, TEST_KID, jpeg, burst=frames, burst_info={"turn_deg": 12.0}, still_index=1)
     b = ring.decrypt(blob)
     assert len(b.burst) == 4 and b.burst_t_ms == (0, 200, 400, 600)
     assert all(f[:2] == b"\xff\xd8" for f in b.burst)  # JPEG
-    assert b.meta["burst"] == {"cue": "turn-left-then-back", "turn_deg": 12.0, "t_ms": [0, 200, 400, 600]}
+    assert b.meta["burst"] == {
+        "cue": "turn-left-then-back",
+        "turn_deg": 12.0,
+        "t_ms": [0, 200, 400, 600],
+        "still_index": 1,
+    }
     assert b.integrity_problems == ()
     # Frames are downscaled to 640 px at most: a 1280 x 960 frame comes back 640 x 480.
     big = [cv2.resize(f, (1280, 960)) for f in frames[:3]]
-    b = ring.decrypt(build_bundle(TEST_PUB, TEST_KID, jpeg, burst=big))
+    b = ring.decrypt(build_bundle(TEST_PUB, TEST_KID, jpeg, burst=big, still_index=0))
     shape = cv2.imdecode(np.frombuffer(b.burst[0], np.uint8), cv2.IMREAD_COLOR).shape
     assert shape == (480, 640, 3)
 
@@ -426,13 +431,17 @@ def test_client_burst_round_trip(ring: KeyRing, jpeg: bytes) -> None:
 def test_client_refuses_bad_bursts(jpeg: bytes) -> None:
     frames = _burst_frames()
     with pytest.raises(ValueError, match="3 to 32"):
-        build_bundle(TEST_PUB, TEST_KID, jpeg, burst=frames[:2])
+        build_bundle(TEST_PUB, TEST_KID, jpeg, burst=frames[:2], still_index=0)
     with pytest.raises(ValueError, match="3 to 32"):
-        build_bundle(TEST_PUB, TEST_KID, jpeg, burst=frames * 9)
+        build_bundle(TEST_PUB, TEST_KID, jpeg, burst=frames * 9, still_index=0)
     with pytest.raises(ValueError, match="one time per"):
-        build_bundle(TEST_PUB, TEST_KID, jpeg, burst=frames, burst_t_ms=[0, 1])
+        build_bundle(TEST_PUB, TEST_KID, jpeg, burst=frames, burst_t_ms=[0, 1], still_index=0)
     with pytest.raises(ValueError, match="BGR"):
-        build_bundle(TEST_PUB, TEST_KID, jpeg, burst=[np.zeros((4, 4), np.uint8)] * 3)
+        build_bundle(TEST_PUB, TEST_KID, jpeg, burst=[np.zeros((4, 4), np.uint8)] * 3, still_index=0)
+    # The library always says which burst frame is the still (docs/motion3d.md, "Binding").
+    for index in (None, -1, 4, True, "0"):
+        with pytest.raises(ValueError, match="still_index"):
+            build_bundle(TEST_PUB, TEST_KID, jpeg, burst=frames, still_index=index)  # type: ignore[arg-type]
 
 
 def _burst_payload(frames: list[bytes], meta_burst: Any = None, **digest_kw: Any) -> bytes:

@@ -96,6 +96,9 @@ def settings_for(base: Settings, tmp: Path, **update: Any) -> Settings:
             "bi_database_url": f"sqlite:///{tmp}/bi.sqlite3",
             # Each test is its own device (see `env`); bursts are tested on their own below.
             "capture_burst_limit": 1000,
+            # These tests judge still images; the 3D check (required by default) and the binding of
+            # a burst to the still are tested in tests/test_capture_binding.py.
+            "capture_motion3d": "use",
             **update,
         }
     )

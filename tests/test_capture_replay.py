@@ -141,3 +141,27 @@ def test_redis_password_is_not_shown(redis_url: str) -> None:
     r = RedisReplayStore(f"redis://user:secret@127.0.0.1:{port}")
     assert "secret" not in repr(r)
     r.close()
+
+
+def test_similar_finds_near_vectors_in_any_probed_bucket(store: ReplayStore) -> None:
+    sig = [10.0, -2.0, 0.5, 0.1, 3.0] * 4
+    assert store.similar("pose", ["12:3:l", "12:2:l"], sig, 4.0, 600, now=T0) is False
+    # A copy whose coordinates moved a little (and one far, inside the 10 % that may): near.
+    copy = [v + 1.5 for v in sig]
+    copy[0] += 40.0
+    assert store.similar("pose", ["12:4:l", "12:3:l"], copy, 4.0, 600, now=T0 + 1) is True
+    # Another movement, or the same one in another bucket or namespace: not near.
+    assert store.similar("pose", ["12:3:l"], [v + 9.0 for v in sig], 4.0, 600, now=T0 + 2) is False
+    assert store.similar("pose", ["12:9:r"], sig, 4.0, 600, now=T0 + 3) is False
+    assert store.similar("other", ["12:3:l"], sig, 4.0, 600, now=T0 + 4) is False
+    # A vector of another length never matches.
+    assert store.similar("pose", ["12:3:l"], sig[:10], 4.0, 600, now=T0 + 5) is False
+
+
+def test_similar_forgets_after_its_ttl(tmp_path: Path) -> None:
+    s = SqliteReplayStore(tmp_path / "r.sqlite3")
+    sig = [1.0] * 10
+    assert s.similar("pose", ["b"], sig, 1.0, 60, now=T0) is False
+    assert s.similar("pose", ["b"], sig, 1.0, 60, now=T0 + 30) is True
+    assert s.similar("pose", ["b"], sig, 1.0, 60, now=T0 + 200) is False
+    s.close()
