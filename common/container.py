@@ -232,7 +232,8 @@ SPEECH = "data/voice/librispeech_251spk_gender/103-1240-0000.flac"
 def ask(service: str, url: str, shared_dir: Path, capture_key_pem: bytes | None = None) -> dict[str, object]:
     """Send ``service`` at ``url`` one real request and return what a client would read from it:
     face: the /check_liveness body; voice: a template of a speech clip and its self-match;
-    capture: the decision on a bundle made with the Python client (needs the service's key)."""
+    capture: the decision on a genuine capture with a bound head-turn burst made with the Python
+    client (needs the service's key; the 3D check is required by default)."""
     import io
 
     import httpx
@@ -264,12 +265,12 @@ def ask(service: str, url: str, shared_dir: Path, capture_key_pem: bytes | None 
         m.raise_for_status()
         return {"template_chars": len(template), "self_match": m.json()["probability"]}
     if service == "capture":
+        from common.capture_samples import genuine_bundle
         from verilive.capture.bundle import public_key_b64
-        from verilive.capture.client import build_bundle
 
         if capture_key_pem is None:
             raise ValueError("the capture request needs the service's key")
-        blob = build_bundle(public_key_b64(capture_key_pem), None, shared_dir / FACE_PHOTO)
+        blob = genuine_bundle(public_key_b64(capture_key_pem), shared_dir)
         r = httpx.post(
             f"{url}/check_capture_liveness",
             content=blob,

@@ -59,6 +59,7 @@ RECORD_KEYS = {
     "latency_ms",
     "rejection",
     "motion3d",
+    "request_id",
 }
 
 
@@ -175,6 +176,7 @@ def test_records_round_trip(store: BiStore) -> None:
             "latency_ms": 41.25,
             "rejection": None,
             "motion3d": None,
+            "request_id": None,
         },
         {
             "time": "2026-03-01T08:00:00.000Z",
@@ -191,6 +193,7 @@ def test_records_round_trip(store: BiStore) -> None:
             "latency_ms": 12.5,
             "rejection": None,
             "motion3d": None,
+            "request_id": None,
         },
     ]
     assert store.failed_writes == 0

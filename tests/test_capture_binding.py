@@ -270,3 +270,21 @@ def test_a_burst_replayed_to_another_replica_is_refused(
         assert decide(a, bound(turn[0], turn))["rejection"] == []
         again = decide(b, bound(turn[0], turn))  # new nonce, new still bytes, the same movement
         assert "SUSPICIOUS_ACTIVITY" in again["rejection"] and again["probability"] < 0.5
+
+
+def test_refusals_are_logged_and_records_carry_the_request_id(
+    models_settings: Settings, tmp_path: Path, turn: list[np.ndarray], caplog: pytest.LogCaptureFixture
+) -> None:
+    """An operator goes from a BI record to its log lines by the request id; a validation refusal
+    (400) is logged like any other rejection."""
+    tiny = cv2.resize(turn[0], (240, 427))  # under 480 px: IMAGE_TOO_SMALL
+    with app(models_settings, tmp_path, "require") as c, caplog.at_level(logging.INFO, "verilive.capture"):
+        r = c.post(
+            "/check_capture_liveness", content=build_bundle(PUBLIC, None, jpeg(tiny, 95)), headers=OCTET
+        )
+        assert r.status_code == 400 and r.json()["error_code"] == "IMAGE_TOO_SMALL"
+        assert "capture rejected: image validation IMAGE_TOO_SMALL" in caplog.text
+        rid = r.headers["x-request-id"]
+        assert record(c)["request_id"] == rid and record(c)["error_code"] == "IMAGE_TOO_SMALL"
+        r = c.post("/check_capture_liveness", content=bound(turn[0], turn), headers=OCTET)
+        assert r.status_code == 200 and record(c)["request_id"] == r.headers["x-request-id"] != rid

@@ -26,16 +26,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import cv2
 import httpx
-import numpy as np
 import pytest
 import soundfile as sf
+from common.capture_samples import genuine_bundle
 
 from tests.integration.cluster import Cluster, Nginx, Replica, replica_env
 from tests.servers import free_port, postgres_server, redis_server
 from verilive.capture.bundle import public_key_b64
-from verilive.capture.client import build_bundle
 from verilive.config import Settings
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.timeout(300)]
@@ -80,16 +78,6 @@ def face_jpeg(shared_dir: Path) -> bytes:
     return (shared_dir / FACE_IMAGE).read_bytes()
 
 
-def fresh_jpeg(jpeg: bytes) -> bytes:
-    """The image with one pixel changed: a capture whose image hash no replica has seen."""
-    img = cv2.imdecode(np.frombuffer(jpeg, np.uint8), cv2.IMREAD_COLOR)
-    n = next(_variants)
-    img[n % img.shape[0], 0] = (n * 37 % 256, n * 11 % 256, n * 5 % 256)
-    ok, buf = cv2.imencode(".jpg", img, [cv2.IMWRITE_JPEG_QUALITY, 92])
-    assert ok
-    return buf.tobytes()
-
-
 def capture_decision(url: str, blob: bytes) -> dict[str, Any]:
     r = httpx.post(f"{url}/check_capture_liveness", content=blob, headers=OCTET, timeout=60)
     assert r.status_code == 200, r.text
@@ -118,19 +106,21 @@ def answered(replica: Replica) -> float:
 # ------------------------------------------------------------------------------------- capture
 
 
-def test_bundle_replayed_to_the_other_replica_is_suspicious(cluster: Cluster, face_jpeg: bytes) -> None:
+def test_bundle_replayed_to_the_other_replica_is_suspicious(cluster: Cluster, shared_dir: Path) -> None:
     a, b = cluster.replicas["capture"]
     public = public_key_b64(KEY.read_bytes())
     records_before = len(httpx.get(f"{a.url}/bi_records", timeout=30).json())
 
-    first = build_bundle(public, None, fresh_jpeg(face_jpeg))
+    # Genuine captures with a bound head-turn burst (required by default); the second is mirrored so
+    # that its burst is not a replay of the first's.
+    first = genuine_bundle(public, shared_dir)
     assert capture_decision(a.url, first)["rejection"] == []
     replayed = capture_decision(b.url, first)
     assert "SUSPICIOUS_ACTIVITY" in replayed["rejection"], replayed
     assert replayed["probability"] < 0.5
 
     # The other way round, so neither replica merely rejects everything it gets second.
-    second = build_bundle(public, None, fresh_jpeg(face_jpeg))
+    second = genuine_bundle(public, shared_dir, mirror=True)
     assert capture_decision(b.url, second)["rejection"] == []
     replayed = capture_decision(a.url, second)
     assert "SUSPICIOUS_ACTIVITY" in replayed["rejection"], replayed

@@ -99,6 +99,7 @@ class CaptureService:
             self.metrics.decisions.labels("unreadable", "UNKNOWN").inc()
             raise VeriliveError(META_FAILED, code="UNKNOWN") from None
         except CaptureValidationError as exc:
+            log.info("capture rejected: image validation %s (%s)", exc.code, exc.message)
             self.metrics.decisions.labels("invalid", exc.code).inc()
             self.record(bundle, None, exc, 1000.0 * (time.perf_counter() - t0))
             return exc

@@ -54,6 +54,7 @@ from sqlalchemy.schema import CreateIndex, CreateTable
 from sqlalchemy.types import TypeDecorator
 
 from verilive.errors import InvalidParameter
+from verilive.server.logs import request_id_var
 
 if TYPE_CHECKING:
     from verilive.config import Settings
@@ -113,6 +114,9 @@ bi_records = Table(
     # Face series and capture bursts: the 3D check from motion, "3d", "flat" or "cannot_judge" (null
     # when it did not run; docs/motion3d.md).
     Column("motion3d", String(16)),
+    # The request that made the decision (the X-Request-ID of the access log and of error bodies), so
+    # that an operator can go from a record to its log lines.
+    Column("request_id", String(64)),
     # Every query (records, report, purge) selects a time range.
     Index("ix_bi_records_time", "time"),
 )
@@ -132,9 +136,10 @@ _RECORD_COLUMNS = (
     "latency_ms",
     "rejection",
     "motion3d",
+    "request_id",
 )
 # Columns added after the first release, with their SQL type: tables made before get them added.
-_ADDED_COLUMNS = {"rejection": "VARCHAR(255)", "motion3d": "VARCHAR(16)"}
+_ADDED_COLUMNS = {"rejection": "VARCHAR(255)", "motion3d": "VARCHAR(16)", "request_id": "VARCHAR(64)"}
 
 
 @dataclass(frozen=True)
@@ -155,8 +160,12 @@ class BiRecord:
     latency_ms: float
     rejection: str | None = None
     motion3d: str | None = None
+    # None: the request being served (the request id of the access log), if any.
+    request_id: str | None = None
 
     def __post_init__(self) -> None:
+        if self.request_id is None:
+            object.__setattr__(self, "request_id", request_id_var.get())
         if self.time.tzinfo is None or self.time.utcoffset() is None:
             raise ValueError("BiRecord.time must be timezone-aware")
         if self.platform not in PLATFORMS:
@@ -248,6 +257,7 @@ def _row(record: BiRecord) -> dict[str, Any]:
         "latency_ms": _finite(record.latency_ms) or 0.0,
         "rejection": None if record.rejection is None else record.rejection[:255],
         "motion3d": _short(record.motion3d),
+        "request_id": None if record.request_id is None else record.request_id[:64],
     }
 
 
