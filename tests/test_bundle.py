@@ -395,6 +395,35 @@ def test_vector4_with_a_burst_is_reproduced_and_decrypts(ring: KeyRing) -> None:
     assert VECTOR4["bundle_b64"] in "".join(doc.split()) and VECTOR4["meta_json"] in doc
 
 
+VECTOR5 = json.loads((FIXTURES / "bundle_vector5.json").read_text(encoding="utf-8"))
+
+
+def test_vector5_names_the_stills_frame(ring: KeyRing) -> None:
+    """Vector 5 (docs/bundle-format.md): a burst bound to its still by ``meta.burst.still_index``;
+    made by scripts/bundle_vector5.py, rebuilt here byte for byte."""
+    scalar = int.from_bytes(hashlib.sha256(b"verilive bundle test vector 5 ephemeral key").digest()) % P256_N
+    iv = hashlib.sha256(b"verilive bundle test vector 5 iv").digest()[:12]
+    frames = [bytes.fromhex(h) for h in VECTOR5["burst_frames_hex"]]
+    payload = B.encode_payload(
+        VECTOR5["meta_json"].encode("utf-8"),
+        bytes.fromhex(VECTOR5["image_hex"]),
+        bytes.fromhex(VECTOR5["photo_hex"]),
+        VECTOR5["external_data"],
+        B.encode_burst(frames),
+    )
+    assert hashlib.sha256(payload).hexdigest() == VECTOR5["payload_sha256"]
+    blob = B.seal(
+        payload, TEST_PUB, TEST_KID, ephemeral_key=ec.derive_private_key(scalar, ec.SECP256R1()), iv=iv
+    )
+    assert blob == base64.b64decode(VECTOR5["bundle_b64"])
+    b = ring.decrypt(blob)
+    assert (
+        b.meta["burst"]["still_index"] == 0 and b.burst_t_ms == (0, 400, 800) and b.integrity_problems == ()
+    )
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "bundle-format.md").read_text(encoding="utf-8")
+    assert VECTOR5["bundle_b64"] in "".join(doc.split()) and VECTOR5["meta_json"] in doc
+
+
 def test_bundles_without_a_burst_have_none(ring: KeyRing) -> None:
     b = ring.decrypt(VECTOR_BLOB)
     assert b.burst == () and b.burst_t_ms == () and not b.has_burst
