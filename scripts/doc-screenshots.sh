@@ -6,7 +6,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 shots="$(mktemp -d)"
 trap 'rm -rf "$shots"' EXIT
-VERILIVE_SCREENSHOT_DIR="$shots" .venv/bin/pytest -q tests/test_capture_browser.py
+# Only the tests whose pictures the docs show.
+VERILIVE_SCREENSHOT_DIR="$shots" .venv/bin/pytest -q tests/test_capture_browser.py -k \
+  "following_the_cue or accessibility or placement_problem or blocked_camera or without_a_configured \
+   or phone_viewport or german or real_head_turn_through_the_page or still_photo_is_refused \
+   or does_not_scroll"
 .venv/bin/python - "$shots" <<'PY'
 import sys
 from pathlib import Path
@@ -26,6 +30,9 @@ pick = {
     "no-configured-key-off.png": "no-key.png",
     "phone-390-done.png": "phone.png",
     "german-done.png": "german.png",
+    "require-left-done.png": "accepted.png",
+    "require-still-done.png": "turn-missing.png",
+    "desktop-1280x757-cue.png": "desktop.png",
 }
 for src, dst in pick.items():
     im = Image.open(shots / src).convert("RGB")

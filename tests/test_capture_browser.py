@@ -707,7 +707,8 @@ def run_demo(driver: Any, server: str, shots: Path, name: str) -> tuple[bytes, d
             shot = True
         if time.monotonic() > deadline:
             seen = driver.execute_script("return window.veriliveDemo.statusLog.slice(-20)")
-            raise AssertionError(f"the demo did not finish; statuses {seen}")
+            raw = driver.execute_script("return window.veriliveDemo.capture.placement")
+            raise AssertionError(f"the demo did not finish; statuses {seen}; placement {raw}")
         time.sleep(0.1)
     assert shot, "the page never showed the turn cue"
     assert progress >= 75, progress  # the ring filled (placement holding, then the burst's frames)
@@ -732,13 +733,13 @@ def shots(tmp_path: Path) -> Path:
 # forwards then backwards at 5 frames per second, so the loop has no cut; each clip frame scaled to
 # `scale` of the 540-line frame and moved up by `up` of it, so the face sits in the oval. Yaw as the
 # service's detector reads it: "left" stays under 3 degrees to 1.8 s, then turns to 37-47 and back by
-# 5.8 s; "right" turns to -16 to -25; "d3" to +14 and -14; "d12" to +22 and -22; "capture4" (a
-# 320x240 webcam) to -20 and +18.
+# 5.8 s; "right" turns to -16 to -25; "d3" to +14 and -14; "capture4" (a 320x240 webcam, upscaled)
+# to -20 and +18. Not here: liveportrait/d12.mp4 never holds still (luma change 10.9 between checks,
+# over the page's 8), so the page waits for a still face, as it did before issue 43.
 TURN_CLIPS = {
     "left": ("antispoof_tranvanluyt/real.mp4", 0.4, 7.4, 1.0, 0.0),
     "right": ("antispoof_tranvanluyt/real.mp4", 6.0, 11.8, 1.0, 0.0),
     "d3": ("liveportrait/d3.mp4", 3.4, 8.2, 0.6, 0.12),
-    "d12": ("liveportrait/d12.mp4", 0.0, 4.6, 0.7, 0.07),
     "capture4": ("headtrackr/capture4.mp4", 0.0, 5.0, 1.0, 0.2),
 }
 
@@ -1345,7 +1346,7 @@ def still_yaw(server: str, bundle: Any) -> float:
     return float(body["faces"][0]["yaw"])
 
 
-@pytest.mark.parametrize("clip", ["left", "d3"])
+@pytest.mark.parametrize("clip", os.environ.get("VERILIVE_TURN_CLIPS", "left,d3").split(","))
 def test_a_real_head_turn_through_the_page_is_accepted_with_require(
     trusted_server: str,
     trusted_camera: None,
@@ -1369,7 +1370,7 @@ def test_a_real_head_turn_through_the_page_is_accepted_with_require(
     bundle = KeyRing.from_pem({server_key[0]: server_key[1].read_bytes()}).decrypt(blob)
     info = bundle.meta["burst"]
     record = httpx.get(f"{trusted_server}/bi_records", timeout=60).json()[-1]
-    assert response["body"]["capture_liveness"] == {"accepted": True}, (record, info)
+    assert response["body"]["capture_liveness"] == {"accepted": True}, json.dumps([record, info])
     assert record["motion3d"] == "3d" and not record["rejection"], record
     assert_still_is_its_burst_frame(bundle)
     assert abs(still_yaw(trusted_server, bundle)) <= 15, info  # taken frontal, before the turn
@@ -1500,3 +1501,53 @@ def test_hints_hold_steady_on_a_restless_picture(
     assert len(hints) >= 2, hints  # it does show what is wrong
     assert gaps.min() >= 790, hints
     assert len(hints) <= 13, hints
+
+
+@pytest.mark.skipif(not os.environ.get("VERILIVE_TURN_RUNS"), reason="a measurement: VERILIVE_TURN_RUNS=N")
+def test_measure_real_head_turns_through_the_page(
+    trusted_server: str, trusted_camera: None, server_key: tuple[str, Path], shared_dir: Path, tmp_path: Path
+) -> None:
+    """Issue 43's measurement: every clip of TURN_CLIPS, VERILIVE_TURN_RUNS times, alternately at
+    1280x757 and 390x844, through the demo with require: accepted share, time from the click to the
+    answer, attempts, the turn the page measured, the still's yaw and the hints before the cue.
+    Prints one line per run and the summary; writes turn-runs.json to VERILIVE_SCREENSHOT_DIR."""
+    pytest.importorskip("selenium")
+    ensure_chromium()
+    rows = []
+    for clip in TURN_CLIPS:
+        video = turn_video(shared_dir, tmp_path, clip)
+        for run in range(int(os.environ["VERILIVE_TURN_RUNS"])):
+            size = (1280, 757) if run % 2 == 0 else (390, 844)
+            drv = make_driver(video)
+            try:
+                drv.execute_cdp_cmd(
+                    "Emulation.setDeviceMetricsOverride",
+                    {"width": size[0], "height": size[1], "deviceScaleFactor": 1, "mobile": False},
+                )
+                blob, response = run_demo(drv, trusted_server, tmp_path, f"{clip}-{run}")
+                demo = drv.execute_script("return window.veriliveDemo")
+            finally:
+                drv.quit()
+            bundle = KeyRing.from_pem({server_key[0]: server_key[1].read_bytes()}).decrypt(blob)
+            record = httpx.get(f"{trusted_server}/bi_records", timeout=60).json()[-1]
+            row = {
+                "clip": clip,
+                "viewport": f"{size[0]}x{size[1]}",
+                "accepted": response["body"]["capture_liveness"]["accepted"],
+                "motion3d": record["motion3d"],
+                "rejection": record["rejection"],
+                "attempts": bundle.meta["burst"]["attempts"],
+                "turn_deg": bundle.meta["burst"]["turn_deg"],
+                "still_yaw": still_yaw(trusted_server, bundle),
+                "click_to_result_ms": demo["resultAt"] - demo["clickedAt"],
+                "hints_before_cue": len(hint_changes(demo["statusLog"])),
+            }
+            print(json.dumps(row))
+            rows.append(row)
+    accepted = sum(r["accepted"] for r in rows)
+    times = sorted(r["click_to_result_ms"] for r in rows)
+    median = times[len(times) // 2]
+    print(f"accepted {accepted}/{len(rows)}; click to result median {median} ms, max {times[-1]} ms")
+    out = Path(os.environ.get("VERILIVE_SCREENSHOT_DIR", tmp_path))
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "turn-runs.json").write_text(json.dumps(rows, indent=1))

@@ -10,9 +10,11 @@
 //   await cap.start(document.getElementById("camera"));
 //   const { photo, encryptedFile } = await cap.capture();   // two Blobs
 //
-// By default capture() first asks the person to turn the head a little to the left and back, and
-// records a burst of small frames meanwhile: the server checks from them that the face is a 3D head,
-// not a printed photo or a flat mask (docs/motion3d.md). capture({ burst: false }) skips it.
+// By default capture() waits for a frontal, well-placed face, takes the still from that very video
+// frame (also the burst's first frame, meta.burst.still_index), then asks the person to turn the head
+// slowly to the left and back while it records a burst of small frames: the server checks from them
+// that the face is a 3D head, not a printed photo or a flat mask, and that the burst belongs to the
+// still (docs/motion3d.md). capture({ burst: false }) skips it.
 //
 // What is captured is what the preview shows: the centred portrait part of the camera frame (option
 // `aspect`, width / height, 3:4 by default). The statuses passed to onStatus are the keys of the
