@@ -137,8 +137,15 @@ def picture_similarity(still: np.ndarray, frame: np.ndarray, face_points: np.nda
     return whole, pearson(fa.astype(np.float64), fb.astype(np.float64))
 
 
-def bind(bundle: Bundle, still: DecodedImage, track: BurstTrack | None, checker: BurstChecker) -> BoundBurst:
-    """Every binding check of the module docstring; the 3D check on the frames linked to the still."""
+def bind(
+    bundle: Bundle,
+    still: DecodedImage,
+    track: BurstTrack | None,
+    checker: BurstChecker,
+    whole_check: Motion3D | None = None,
+) -> BoundBurst:
+    """Every binding check of the module docstring; the 3D check on the frames linked to the still
+    (``whole_check``: the check already made on every frame with a face, reused when all are linked)."""
     index = still_index(bundle)
     if index is None:
         return BoundBurst(("meta.burst.still_index missing or not an integer",))
@@ -156,15 +163,19 @@ def bind(bundle: Bundle, still: DecodedImage, track: BurstTrack | None, checker:
     if whole < STILL_MIN_CORR or face < FACE_MIN_CORR:
         problems.append(f"still is not burst frame {index} (correlation {whole:.2f}, face {face:.2f})")
     linked = tuple(sorted(linked_frames(track, pos)))
-    result = checker.judge_positions(track, linked)
+    faces = tuple(i for i, m in enumerate(track.meshes) if m is not None)
+    # Every frame with a face is linked (the usual case): the check already made is the one wanted.
+    reuse = whole_check is not None and linked == faces
+    result = whole_check if reuse else checker.judge_positions(track, linked)
     if result is None:
         problems.append(f"only {len(linked)} frames continuous with the still's face")
     return BoundBurst(tuple(problems), result, linked)
 
 
 def replay_key(track: BurstTrack, positions: Sequence[int]) -> tuple[list[str], list[float]] | None:
-    """The near-duplicate key of a burst: buckets (frame count, the frame of the largest turn and its
-    side, with the neighbouring frames as probes) and the pose signature; None without a turn."""
+    """The near-duplicate key of a burst: buckets (frame count and the frame of the largest turn,
+    with the neighbouring frames as probes) and the pose signature; None without a turn. The side of
+    the turn is not in the bucket: where the head mostly nods, the sign of its small yaw flips."""
     sig = pose_signature(track, positions)
     if sig is None:
         return None
@@ -172,10 +183,8 @@ def replay_key(track: BurstTrack, positions: Sequence[int]) -> tuple[list[str], 
     if float(turns.max()) < REPLAY_MIN_TURN:
         return None
     peak = int(np.argmax(turns))
-    yaw = sig[5 * peak]
     n = len(turns)
-    side = "l" if yaw < 0 else "r"
-    buckets = [f"{n}:{p}:{side}" for p in (peak, peak - 1, peak + 1) if 0 <= p < n]
+    buckets = [f"{n}:{p}" for p in (peak, peak - 1, peak + 1) if 0 <= p < n]
     return buckets, sig
 
 

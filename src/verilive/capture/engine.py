@@ -287,7 +287,7 @@ class CaptureEngine:
         if checker is None:  # the face engine was built without the 3D check
             return BurstOutcome(untrusted=("the 3D check is not available",) if mode == "require" else ())
         check = checker.check_encoded(bundle.burst, self.face.max_pixels)
-        bound = bind(bundle, image, check.track, checker)
+        bound = bind(bundle, image, check.track, checker, check.result)
         replays = burst_replays(
             bundle, bound, check.track, self.replay, self.config.image_hash_ttl_s, now_ms / 1000.0
         )

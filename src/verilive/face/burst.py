@@ -159,12 +159,8 @@ class BurstChecker:
         meshes = [m for m in all_meshes if m is not None]
         if len(meshes) < MIN_FRAMES:
             return BurstCheck(None, "the face was found in fewer than three frames", track)
-        for a, b in itertools.pairwise(meshes):
-            iod = max(min(a.interocular, b.interocular), 1e-6)
-            jump = float(np.hypot(*(a.points[:, :2].mean(axis=0) - b.points[:, :2].mean(axis=0)))) / iod
-            step = max(a.interocular, b.interocular) / iod
-            if jump > MAX_JUMP_IOD or step > MAX_SIZE_STEP:
-                return BurstCheck(None, "the face jumps between frames (a cut or another person)", track)
+        if _jumps(meshes):
+            return BurstCheck(None, "the face jumps between frames (a cut or another person)", track)
         points = np.stack([m.points for m in meshes])
         return BurstCheck(judge(points, w, h, self.thresholds), None, track)
 
@@ -172,10 +168,21 @@ class BurstChecker:
         """The 3D check on the given track positions alone (in time order); None when fewer than
         MIN_FRAMES of them have a face."""
         meshes = [m for i in sorted(positions) if (m := track.meshes[i]) is not None]
-        if len(meshes) < MIN_FRAMES:
+        if len(meshes) < MIN_FRAMES or _jumps(meshes):
             return None
         h, w = track.frames[0].shape[:2]
         return judge(np.stack([m.points for m in meshes]), w, h, self.thresholds)
+
+
+def _jumps(meshes: Sequence[Mesh]) -> bool:
+    """Whether the face moves or changes size between consecutive meshes more than a face does."""
+    for a, b in itertools.pairwise(meshes):
+        iod = max(min(a.interocular, b.interocular), 1e-6)
+        jump = float(np.hypot(*(a.points[:, :2].mean(axis=0) - b.points[:, :2].mean(axis=0)))) / iod
+        step = max(a.interocular, b.interocular) / iod
+        if jump > MAX_JUMP_IOD or step > MAX_SIZE_STEP:
+            return True
+    return False
 
 
 def aligned_similarity(frame_a: np.ndarray, a: Mesh, frame_b: np.ndarray, b: Mesh) -> tuple[float, float]:
@@ -187,14 +194,24 @@ def aligned_similarity(frame_a: np.ndarray, a: Mesh, frame_b: np.ndarray, b: Mes
     m, _ = cv2.estimateAffinePartial2D(src, dst)
     if m is None:
         return 0.0, math.inf
+    # Only the box of a's face is warped and compared: the rest of the frame never counts.
     h, w = frame_a.shape[:2]
-    warped = cv2.warpAffine(frame_b, m, (w, h))
-    mask = np.zeros((h, w), np.uint8)
-    cv2.fillConvexPoly(mask, cv2.convexHull(a.points[:, :2].astype(np.int32)), 1)
+    hull = cv2.convexHull(a.points[:, :2].astype(np.int32))
+    x0, y0, bw, bh = cv2.boundingRect(hull)
+    x0, y0 = max(0, x0), max(0, y0)
+    x1, y1 = min(w, x0 + bw), min(h, y0 + bh)
+    if x1 - x0 < 8 or y1 - y0 < 8:
+        return 0.0, math.inf
+    shift = m.copy()
+    shift[:, 2] -= (x0, y0)
+    warped = cv2.warpAffine(frame_b, shift, (x1 - x0, y1 - y0))
+    crop = frame_a[y0:y1, x0:x1]
+    mask = np.zeros(crop.shape[:2], np.uint8)
+    cv2.fillConvexPoly(mask, hull - np.array([x0, y0], np.int32), 1)
     inside = mask > 0
     if int(inside.sum()) < 64:
         return 0.0, math.inf
-    la = cv2.cvtColor(frame_a, cv2.COLOR_BGR2LAB)[inside].astype(np.float64)
+    la = cv2.cvtColor(crop, cv2.COLOR_BGR2LAB)[inside].astype(np.float64)
     lb = cv2.cvtColor(warped, cv2.COLOR_BGR2LAB)[inside].astype(np.float64)
     colour = float(np.max(np.abs(la[:, 1:].mean(axis=0) - lb[:, 1:].mean(axis=0))))
     return pearson(la[:, 0], lb[:, 0]), colour
