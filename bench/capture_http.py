@@ -79,6 +79,7 @@ def latency(requests: int, scale: float) -> None:
             "VERILIVE_CAPTURE_REPLAY_URL": f"{tmp}/replay.sqlite3",
             "VERILIVE_BI_DATABASE_URL": f"{tmp}/bi.sqlite3",
             "VERILIVE_CAPTURE_BURST_LIMIT": "100000",
+            "VERILIVE_CAPTURE_MOTION3D": "use",  # still images: the same path as before require
         }
         with server("face", env) as (face_url, _), server("capture", env) as (cap_url, _):
             face_ms, cap_ms, rejected = [], [], 0

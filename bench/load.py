@@ -193,6 +193,8 @@ def server_env(service: str, tmp: str, workers: int) -> dict[str, str]:
             "VERILIVE_CAPTURE_PRIVATE_KEYS": json.dumps([str(KEY)]),
             "VERILIVE_CAPTURE_REPLAY_URL": f"{tmp}/replay.sqlite3",
             "VERILIVE_CAPTURE_BURST_LIMIT": "1000000",  # one client "device" sends everything
+            # Still images only, as before the 3D check was required: the load is the still's path.
+            "VERILIVE_CAPTURE_MOTION3D": "use",
         }
     return env
 

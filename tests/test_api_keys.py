@@ -18,12 +18,12 @@ from typing import Any
 import numpy as np
 import pytest
 import soundfile as sf
+from common.capture_samples import genuine_bundle
 from fastapi.testclient import TestClient
 
 from tests.servers import redis_server
 from tests.test_server import assert_error
 from verilive.capture.bundle import public_key_b64
-from verilive.capture.client import build_bundle
 from verilive.config import ApiKeyEntry, Settings
 from verilive.server import auth
 from verilive.server.app import create_service_app, open_routes_warning
@@ -137,7 +137,8 @@ def test_backoffice_extract_routes_need_the_backoffice_scope(
             "bi_database_url": f"sqlite:///{tmp_path}/bi.sqlite3",
         }
     )
-    blob = build_bundle(public_key_b64(CAPTURE_KEY.read_bytes()), None, shared_dir / FACE)
+    # A genuine capture with a bound head-turn burst: the 3D check is required by default.
+    blob = genuine_bundle(public_key_b64(CAPTURE_KEY.read_bytes()), shared_dir)
     octet = {"Content-Type": "application/octet-stream"}
     with TestClient(create_service_app("capture", s), raise_server_exceptions=False) as c:
         assert_error(c.post("/extract_image", content=blob, headers=octet), 401)

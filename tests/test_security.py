@@ -66,6 +66,8 @@ def capture(models_settings: Settings, tmp_path_factory: pytest.TempPathFactory)
             "capture_replay_url": f"sqlite:///{tmp}/replay.sqlite3",
             "bi_database_url": f"sqlite:///{tmp}/bi.sqlite3",
             "capture_burst_limit": 1000,
+            # These tests are about the other detectors; the 3D check is tests/test_capture_binding.py.
+            "capture_motion3d": "use",
         }
     )
     with TestClient(create_service_app("capture", settings), raise_server_exceptions=False) as c:
