@@ -41,6 +41,7 @@ MAX_SIDE = 640
 LINK_MIN_CORR = 0.6
 LINK_MAX_COLOUR = 2.5  # ... or when their mean skin colour (CIELAB a*, b*) differs by at most this
 LINK_SPAN = 2
+LINK_SIDE = 96  # px: faces are compared at most this wide
 
 
 @dataclass(frozen=True)
@@ -185,18 +186,19 @@ def _jumps(meshes: Sequence[Mesh]) -> bool:
     return False
 
 
-def aligned_similarity(frame_a: np.ndarray, a: Mesh, frame_b: np.ndarray, b: Mesh) -> tuple[float, float]:
-    """(correlation, colour difference) of the face of ``a`` and the face of ``b`` warped onto it by
-    the similarity transform of their rigid landmarks, inside the convex hull of ``a``'s landmarks:
-    the Pearson correlation of grey levels, and the larger difference of mean CIELAB a* and b*."""
+def aligned_similarity(
+    lab_a: np.ndarray, a: np.ndarray, lab_b: np.ndarray, b: np.ndarray
+) -> tuple[float, float]:
+    """(correlation, colour difference) of the face of landmarks ``a`` (468 x 2+, frame pixels) in the
+    CIELAB frame ``lab_a`` and the face of ``b`` warped onto it by the similarity transform of their
+    rigid landmarks, inside the convex hull of ``a``: the Pearson correlation of L*, and the larger
+    difference of mean a* and b*. Only the box of a's face is warped and compared."""
     idx = list(RIGID_POINTS)
-    src, dst = b.points[idx, :2].astype(np.float32), a.points[idx, :2].astype(np.float32)
-    m, _ = cv2.estimateAffinePartial2D(src, dst)
+    m, _ = cv2.estimateAffinePartial2D(b[idx, :2].astype(np.float32), a[idx, :2].astype(np.float32))
     if m is None:
         return 0.0, math.inf
-    # Only the box of a's face is warped and compared: the rest of the frame never counts.
-    h, w = frame_a.shape[:2]
-    hull = cv2.convexHull(a.points[:, :2].astype(np.int32))
+    h, w = lab_a.shape[:2]
+    hull = cv2.convexHull(a[:, :2].astype(np.int32))
     x0, y0, bw, bh = cv2.boundingRect(hull)
     x0, y0 = max(0, x0), max(0, y0)
     x1, y1 = min(w, x0 + bw), min(h, y0 + bh)
@@ -204,17 +206,16 @@ def aligned_similarity(frame_a: np.ndarray, a: Mesh, frame_b: np.ndarray, b: Mes
         return 0.0, math.inf
     shift = m.copy()
     shift[:, 2] -= (x0, y0)
-    warped = cv2.warpAffine(frame_b, shift, (x1 - x0, y1 - y0))
-    crop = frame_a[y0:y1, x0:x1]
+    warped = cv2.warpAffine(lab_b, shift, (x1 - x0, y1 - y0))
+    crop = lab_a[y0:y1, x0:x1]
     mask = np.zeros(crop.shape[:2], np.uint8)
     cv2.fillConvexPoly(mask, hull - np.array([x0, y0], np.int32), 1)
     inside = mask > 0
     if int(inside.sum()) < 64:
         return 0.0, math.inf
-    la = cv2.cvtColor(crop, cv2.COLOR_BGR2LAB)[inside].astype(np.float64)
-    lb = cv2.cvtColor(warped, cv2.COLOR_BGR2LAB)[inside].astype(np.float64)
-    colour = float(np.max(np.abs(la[:, 1:].mean(axis=0) - lb[:, 1:].mean(axis=0))))
-    return pearson(la[:, 0], lb[:, 0]), colour
+    ma, mb = cv2.mean(crop, mask), cv2.mean(warped, mask)
+    colour = max(abs(ma[1] - mb[1]), abs(ma[2] - mb[2]))
+    return pearson(crop[..., 0][inside].astype(np.float32), warped[..., 0][inside].astype(np.float32)), colour
 
 
 def pearson(a: np.ndarray, b: np.ndarray) -> float:
@@ -240,14 +241,46 @@ def linked_frames(track: BurstTrack, anchor: int) -> set[int]:
             i = parent[i]
         return i
 
+    # Compared inside the box of all the burst's faces, with faces at most LINK_SIDE px across: finer
+    # detail is noise at 5 fps, and costs time.
+    allpts = np.concatenate([m.points[:, :2] for m in track.meshes if m is not None])
+    h, w = track.frames[anchor].shape[:2]
+    (bx0, by0), (bx1, by1) = np.floor(allpts.min(axis=0)), np.ceil(allpts.max(axis=0))
+    bx0, by0, bx1, by1 = (
+        max(0, int(bx0) - 2),
+        max(0, int(by0) - 2),
+        min(w, int(bx1) + 2),
+        min(h, int(by1) + 2),
+    )
+    widest = max(float(np.ptp(m.points[:, 0])) for m in track.meshes if m is not None)
+    scale = min(1.0, LINK_SIDE / max(widest, 1.0))
+    small: dict[int, np.ndarray] = {}
+    points: dict[int, np.ndarray] = {}
+    for i in faces:
+        mesh = track.meshes[i]
+        assert mesh is not None
+        box = track.frames[i][by0:by1, bx0:bx1]
+        small[i] = cv2.cvtColor(_shrink(box, scale), cv2.COLOR_BGR2LAB)
+        points[i] = (mesh.points[:, :2] - (bx0, by0)) * scale
     for k, i in enumerate(faces):
         for j in faces[k + 1 : k + 1 + LINK_SPAN]:
-            a, b = track.meshes[i], track.meshes[j]
-            assert a is not None and b is not None
-            corr, colour = aligned_similarity(track.frames[i], a, track.frames[j], b)
+            if root(i) == root(j):
+                continue  # already one face through the frame between
+            corr, colour = aligned_similarity(small[i], points[i], small[j], points[j])
             if corr >= LINK_MIN_CORR or colour <= LINK_MAX_COLOUR:
                 parent[root(j)] = root(i)
     return {i for i in faces if root(i) == root(anchor)}
+
+
+def _shrink(img: np.ndarray, scale: float) -> np.ndarray:
+    """``img`` scaled by ``scale`` (at most 1): halved by Gaussian pyramid steps, then bilinear (an
+    area resize by an odd factor costs several times more)."""
+    while scale <= 0.5:
+        img = cv2.pyrDown(img)
+        scale *= 2.0
+    if scale < 1.0:
+        img = cv2.resize(img, None, fx=scale, fy=scale, interpolation=cv2.INTER_LINEAR)
+    return img
 
 
 def pose_signature(track: BurstTrack, positions: Sequence[int] | None = None) -> list[float] | None:
