@@ -20,8 +20,10 @@ from __future__ import annotations
 
 import argparse
 import csv
+import json
 import time
 from collections import Counter, defaultdict
+from collections.abc import Callable
 from pathlib import Path
 
 import cv2
@@ -33,7 +35,7 @@ from common.repo import REPO, data_root, replace_section
 from verilive.face.burst import BurstChecker
 from verilive.face.detector import FaceDetector
 from verilive.face.mesh import FaceMesh
-from verilive.face.motion3d import Thresholds, judge
+from verilive.face.motion3d import Motion3D, Thresholds, Verdict, judge, series_counts_against
 from verilive.models.sessions import ModelRegistry
 
 DOCS_MD = REPO / "docs" / "motion3d.md"
@@ -79,8 +81,45 @@ def clip_windows(checker: BurstChecker, frames: list[np.ndarray], window: int, t
             continue
         r = judge(np.stack([m.points for m in ms]), w, h, th)
         out.append({"start": s, "verdict": r.verdict.value, "residual": r.residual, "turn": r.face_turn,
-                    "ratio": r.rigid_ratio})  # fmt: skip
+                    "ratio": r.rigid_ratio, "result": r})  # fmt: skip
     return out
+
+
+# How a face series is decided in each VERILIVE_FACE_MOTION3D mode (face/engine.py): True caps the score
+# at FLAT_SCORE. "use, before issue 43" is the rule of the releases before it: only a flat verdict.
+SERIES_RULES: tuple[tuple[str, Callable[[Motion3D | None], bool]], ...] = (
+    ("off", lambda r: series_counts_against(r, "off")),
+    ("use, before issue 43 (flat only)", lambda r: r is not None and r.verdict is Verdict.FLAT),
+    ("**use** (default: flat, or turned but not rigid)", lambda r: series_counts_against(r, "use")),
+    ("require (only 3D keeps its score)", lambda r: series_counts_against(r, "require")),
+)
+
+
+def mode_table(
+    live: list[Motion3D | None],
+    live_turned: list[Motion3D | None],
+    replay: list[Motion3D | None],
+    sims: dict[str, list[Motion3D | None]],
+) -> list[str]:
+    """Per mode: live series kept (not capped), and simulated attacks and replays rejected (capped)."""
+    shapes = list(sims)
+    lines = [
+        "| series mode | live windows kept | live windows with a turn kept | "
+        + " | ".join(f"simulated {s} rejected" for s in shapes)
+        + " | replay windows rejected |",
+        "|---|" + "---:|" * (3 + len(shapes)),
+    ]
+
+    def frac(rs: list[Motion3D | None], rule: Callable[[Motion3D | None], bool], hit: bool) -> str:
+        n = sum(rule(r) == hit for r in rs)
+        return f"{n / max(len(rs), 1):.1%} ({n}/{len(rs)})"
+
+    for name, rule in SERIES_RULES:
+        cells = [name, frac(live, rule, False), frac(live_turned, rule, False)]
+        cells += [frac(sims[s], rule, True) for s in shapes]
+        cells.append(frac(replay, rule, True))
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
 
 
 def photos(
@@ -119,6 +158,7 @@ def main() -> None:
     ap.add_argument("--photos", type=int, default=60)
     ap.add_argument("--seed", type=int, default=20261126)
     ap.add_argument("--no-docs", action="store_true")
+    ap.add_argument("--dump", type=Path, help="write every window's and burst's statistics here (JSON)")
     args = ap.parse_args()
     th = Thresholds()
     reg = ModelRegistry()
@@ -165,6 +205,9 @@ def main() -> None:
     pics = photos(root, args.photos, rng, det)
     sim: dict[tuple[str, str], Counter] = defaultdict(Counter)
     sim_held: dict[tuple[str, str], Counter] = defaultdict(Counter)
+    # Held-aside bursts by shape ("flat and cut-out" pools the flat sheets), for the mode table.
+    sim_results: dict[str, list[Motion3D | None]] = defaultdict(list)
+    dump_sims = []
     points = []
     t0 = time.perf_counter()
     for pi, (_kind, img, box) in enumerate(pics):
@@ -175,6 +218,10 @@ def main() -> None:
             sim[(shape, motion)][v] += 1
             if pi >= TUNE_PHOTOS:
                 sim_held[(shape, motion)][v] += 1
+                sim_results[shape].append(r.result)
+                if shape in ("flat", "cutout"):
+                    sim_results["flat and cut-out"].append(r.result)
+            dump_sims.append({"photo": pi, "shape": shape, "motion": motion, "verdict": v} | _stats(r.result))
             if r.result is not None:
                 points.append((shape, motion, r.result.residual, r.result.face_turn))
     print(
@@ -202,6 +249,16 @@ def main() -> None:
         ]
         lines.append("| " + " | ".join(row) + " |")
     print("\n".join(lines))
+    modes = mode_table(
+        [r.get("result") for r in live_rows],
+        [r.get("result") for r in turned],
+        [r.get("result") for r in replay_rows],
+        {k: sim_results[k] for k in ("flat", "cutout", "flat and cut-out", "folded", "bent")},
+    )
+    print("\n" + "\n".join(modes))
+    if args.dump:
+        clips = {f: [{k: v for k, v in r.items() if k != "result"} for r in rs] for f, rs in per_clip.items()}
+        args.dump.write_text(json.dumps({"clips": clips, "sims": dump_sims}, indent=1))
     live_lines = [
         "| clip | windows | judged 3D | judged flat | cannot judge | no face |",
         "|---|---:|---:|---:|---:|---:|",
@@ -214,9 +271,57 @@ def main() -> None:
         live_lines.append("| " + " | ".join(str(x) for x in cells) + " |")
     if args.no_docs:
         return
-    import matplotlib
+    try:
+        import matplotlib
+    except ImportError:  # the eval extra: pip install -e '.[eval]'
+        print(f"matplotlib is not installed: {DOCS_PNG.name} is left as it is")
+        plot = False
+    else:
+        matplotlib.use("Agg")
+        plot = True
 
-    matplotlib.use("Agg")
+    if plot:
+        _plot(live_rows, replay_rows, points, th, args.window, args.fps)
+    body = [
+        f"Made by `python -m eval.motion3d` ({args.window}-frame windows at {args.fps:g} fps; "
+        f"{len(pics)} photos, "
+        f"seed {args.seed}; thresholds: turn {th.min_turn} deg, residual {th.max_flat_residual}, "
+        f"rigid ratio {th.max_rigid_ratio}, focal {th.focal} x long side).",
+        "",
+        f"- **Live windows that turned (mesh turn >= {th.min_turn:g} deg) judged 3D: {l3}/{ln} = "
+        f"{l3 / max(ln, 1):.1%}** (judged flat: {lf}; turned but not rigid: {lnr}). "
+        f"Windows without enough turn (cannot judge): {lc}/{lall} = {lc / max(lall, 1):.1%}.",
+        f"- Real screen replays (2 clips): {rn} judged windows, {r3} judged 3D, {rf} flat. "
+        "A flat verdict can only lower a score, so the check never makes a replay pass more often.",
+        "",
+        "Face series (`/check_liveness` with several images) in each `VERILIVE_FACE_MOTION3D` mode: a "
+        "series counted against liveness gets at most FLAT_SCORE (-10). Live windows: every window of "
+        f"the live clips ({len(live_rows)}, those without the face in every frame included: `require` "
+        "caps them, the other modes do not); *with a turn*: mesh turn >= "
+        f"{th.min_turn:g} deg ({len(turned)}). Simulated attacks: the held-aside photos' bursts of each "
+        "shape, all motions; a burst without the face counts as rejected only under `require`.",
+        "",
+        "\n".join(modes),
+        "",
+        "\n".join(lines),
+        "",
+        "Per clip (real):",
+        "",
+        "\n".join(live_lines),
+        "",
+        "![3D check](motion3d.png)",
+    ]
+    replace_section(DOCS_MD, SECTION, "\n".join(body))
+
+
+def _plot(
+    live_rows: list[dict],
+    replay_rows: list[dict],
+    points: list[tuple],
+    th: Thresholds,
+    window: int,
+    fps: float,
+) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7.5, 5))
@@ -244,31 +349,16 @@ def main() -> None:
     ax.set_yscale("log")
     ax.set_xlabel("head turn read by the mesh, degrees (robust max over the burst)")
     ax.set_ylabel("homography residual / eye-corner distance")
-    ax.set_title(f"3D check, {args.window}-frame bursts at {args.fps:g} fps")
+    ax.set_title(f"3D check, {window}-frame bursts at {fps:g} fps")
     ax.legend(fontsize=7, loc="lower right")
     fig.tight_layout()
     fig.savefig(DOCS_PNG, dpi=110)
-    body = [
-        f"Made by `python -m eval.motion3d` ({args.window}-frame windows at {args.fps:g} fps; "
-        f"{len(pics)} photos, "
-        f"seed {args.seed}; thresholds: turn {th.min_turn} deg, residual {th.max_flat_residual}, "
-        f"rigid ratio {th.max_rigid_ratio}, focal {th.focal} x long side).",
-        "",
-        f"- **Live windows that turned (mesh turn >= {th.min_turn:g} deg) judged 3D: {l3}/{ln} = "
-        f"{l3 / max(ln, 1):.1%}** (judged flat: {lf}; turned but not rigid: {lnr}). "
-        f"Windows without enough turn (cannot judge): {lc}/{lall} = {lc / max(lall, 1):.1%}.",
-        f"- Real screen replays (2 clips): {rn} judged windows, {r3} judged 3D, {rf} flat. "
-        "A flat verdict can only lower a score, so the check never makes a replay pass more often.",
-        "",
-        "\n".join(lines),
-        "",
-        "Per clip (real):",
-        "",
-        "\n".join(live_lines),
-        "",
-        "![3D check](motion3d.png)",
-    ]
-    replace_section(DOCS_MD, SECTION, "\n".join(body))
+
+
+def _stats(r: Motion3D | None) -> dict[str, float | str | None]:
+    if r is None:
+        return {}
+    return {"residual": r.residual, "turn": r.face_turn, "ratio": r.rigid_ratio, "reason": r.reason}
 
 
 if __name__ == "__main__":
