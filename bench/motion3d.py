@@ -17,6 +17,7 @@ import time
 
 import cv2
 import numpy as np
+from common.video import read_video
 
 from bench._common import SHARED, summary
 from verilive.capture import bundle as B
@@ -34,14 +35,7 @@ CLIP = SHARED / "data" / "face" / "video_motion" / "antispoof_tranvanluyt" / "re
 
 
 def clip(start_s: float, n: int, fps: float = 5.0) -> list[np.ndarray]:
-    cap = cv2.VideoCapture(str(CLIP))
-    src = cap.get(cv2.CAP_PROP_FPS) or 30.0
-    frames = []
-    while True:
-        ok, f = cap.read()
-        if not ok:
-            break
-        frames.append(f)
+    frames, src = read_video(CLIP)
     return [frames[round((start_s + i / fps) * src)] for i in range(n)]
 
 

@@ -11,6 +11,8 @@ from typing import Any
 import cv2
 import numpy as np
 
+from common.video import read_video, sample
+
 TURN_CLIP = "data/face/video_motion/antispoof_tranvanluyt/real.mp4"
 # The clip is 368x656; a capture's still needs 480 px on its shorter side.
 UPSCALE = 1.4
@@ -20,18 +22,8 @@ def turn_frames(
     shared_dir: Path, start_s: float = 0.6, stop_s: float = 2.6, fps: float = 5.0, scale: float = UPSCALE
 ) -> list[np.ndarray]:
     """BGR frames of the clip from ``start_s`` to ``stop_s``, ``fps`` a second, scaled by ``scale``."""
-    cap = cv2.VideoCapture(str(shared_dir / TURN_CLIP))
-    src_fps = cap.get(cv2.CAP_PROP_FPS) or 30.0
-    frames = []
-    while True:
-        ok, f = cap.read()
-        if not ok:
-            break
-        frames.append(f)
-    cap.release()
-    step = src_fps / fps
-    first, last = round(start_s * src_fps), min(len(frames), round(stop_s * src_fps))
-    picked = [frames[round(first + i * step)] for i in range(int((last - first) / step))]
+    frames, src_fps = read_video(shared_dir / TURN_CLIP)
+    picked = sample(frames, src_fps, fps, start_s, stop_s)
     return [cv2.resize(f, None, fx=scale, fy=scale) for f in picked] if scale != 1.0 else picked
 
 

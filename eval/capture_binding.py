@@ -27,6 +27,7 @@ from pathlib import Path
 
 import cv2
 import numpy as np
+from common.video import read_video
 
 from verilive.capture.binding import bind, burst_replays
 from verilive.capture.bundle import KeyRing
@@ -57,14 +58,7 @@ def windows(shared: Path) -> list[tuple[str, list[np.ndarray]]]:
     with open(shared / CLIPS / "labels.csv") as fh:
         live = [r["file"] for r in csv.DictReader(fh) if r["label"] == "live"]
     for rel in live:
-        cap = cv2.VideoCapture(str(shared / CLIPS / rel))
-        fps = cap.get(cv2.CAP_PROP_FPS) or 30.0
-        frames = []
-        while True:
-            ok, f = cap.read()
-            if not ok:
-                break
-            frames.append(f)
+        frames, fps = read_video(shared / CLIPS / rel)
         step = fps / FPS
         scale = max(1.0, 480.0 / min(frames[0].shape[:2]))
         for start in range(0, len(frames) - int(FRAMES * step), int(fps * EVERY_S)):

@@ -31,6 +31,7 @@ import numpy as np
 from common.face_attack_sim import DEFAULT_LOOK, render_print
 from common.flat_motion_sim import flat_burst
 from common.repo import REPO, data_root, replace_section
+from common.video import read_video, sample
 
 from verilive.face.burst import BurstChecker
 from verilive.face.detector import FaceDetector
@@ -58,16 +59,8 @@ TUNE_PHOTOS = 10  # the first photos' bursts were looked at while choosing the t
 
 
 def read_clip(path: Path, fps: float) -> list[np.ndarray]:
-    cap = cv2.VideoCapture(str(path))
-    src_fps = cap.get(cv2.CAP_PROP_FPS) or 25.0
-    frames = []
-    while True:
-        ok, f = cap.read()
-        if not ok:
-            break
-        frames.append(f)
-    step = src_fps / fps
-    return [frames[round(i * step)] for i in range(int(len(frames) / step))]
+    frames, src_fps = read_video(path, default_fps=25.0)
+    return sample(frames, src_fps, fps)
 
 
 def clip_windows(checker: BurstChecker, frames: list[np.ndarray], window: int, th: Thresholds) -> list[dict]:

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import cv2
 import numpy as np
+from common.capture_samples import turn_frames
 from common.flat_motion_sim import flat_burst
 
 from verilive.config import Settings
@@ -21,17 +22,7 @@ FENI = "data/face/pad_feni_sfas"
 
 def clip_frames(shared_dir: Path, start_s: float, stop_s: float, fps: float) -> list[np.ndarray]:
     """Frames of the head-turn clip from ``start_s`` to ``stop_s``, ``fps`` per second."""
-    cap = cv2.VideoCapture(str(shared_dir / TURN_CLIP))
-    src_fps = cap.get(cv2.CAP_PROP_FPS) or 30.0
-    frames = []
-    while True:
-        ok, f = cap.read()
-        if not ok:
-            break
-        frames.append(f)
-    step = src_fps / fps
-    first, last = round(start_s * src_fps), min(len(frames), round(stop_s * src_fps))
-    return [frames[round(first + i * step)] for i in range(int((last - first) / step))]
+    return turn_frames(shared_dir, start_s, stop_s, fps, scale=1.0)
 
 
 def jpeg(bgr: np.ndarray, quality: int = 90) -> bytes:

@@ -9,6 +9,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 import pytest
+from common.video import read_video
 
 from verilive.config import Settings
 from verilive.face.burst import BurstChecker
@@ -231,13 +232,7 @@ def test_burst_refuses_what_is_not_one_burst(checker: BurstChecker, shared_dir: 
 
 @pytest.mark.slow
 def test_a_real_head_turn_is_judged_3d(checker: BurstChecker, shared_dir: Path) -> None:
-    cap = cv2.VideoCapture(str(shared_dir / TURN_CLIP))
-    frames = []
-    while True:
-        ok, f = cap.read()
-        if not ok:
-            break
-        frames.append(f)
+    frames, _ = read_video(shared_dir / TURN_CLIP)
     # 10 frames at 5 fps (every 6th of 30 fps) over the clip's first deliberate turn, from 0.6 s.
     res = checker.check(frames[18:78:6])
     assert res.result is not None, res.skipped

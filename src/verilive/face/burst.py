@@ -19,7 +19,7 @@ import numpy as np
 from verilive.face.detector import FaceDetector
 from verilive.face.image import ImageError, decode_image
 from verilive.face.mesh import FaceMesh, Mesh, Roi, roi_from_face, roi_from_points
-from verilive.face.motion3d import RIGID_POINTS, Motion3D, Thresholds, Verdict, judge
+from verilive.face.motion3d import RIGID_POINTS, Motion3D, Thresholds, Verdict, judge, shape_rotation
 
 # The mesh's face-presence probability under which the track is lost and the detector re-seeds it.
 MIN_PRESENCE = 0.5
@@ -309,17 +309,10 @@ def pose_signature(track: BurstTrack, positions: Sequence[int] | None = None) ->
 
 
 def yaw_pitch(a: np.ndarray, b: np.ndarray) -> tuple[float, float]:
-    """Signed yaw and pitch (degrees) of the 3D point set ``b`` against ``a`` (Kabsch, unit size)."""
-    pa = a - a.mean(axis=0)
-    pb = b - b.mean(axis=0)
-    pa /= max(float(np.sqrt(np.mean(np.sum(pa**2, axis=1)))), 1e-9)
-    pb /= max(float(np.sqrt(np.mean(np.sum(pb**2, axis=1)))), 1e-9)
-    u, _, vt = np.linalg.svd(pa.T @ pb)
-    d = np.sign(np.linalg.det(u @ vt))
-    rot = (u @ np.diag([1.0, 1.0, d]) @ vt).T
-    return math.degrees(math.asin(float(np.clip(rot[0, 2], -1, 1)))), math.degrees(
-        math.asin(float(np.clip(-rot[1, 2], -1, 1)))
-    )
+    """Signed yaw and pitch (degrees) of the 3D point set ``b`` against ``a``."""
+    rot = shape_rotation(a, b)
+    yaw = math.degrees(math.asin(float(np.clip(rot[0, 2], -1.0, 1.0))))
+    return yaw, math.degrees(math.asin(float(np.clip(-rot[1, 2], -1.0, 1.0))))
 
 
 def _roi(mesh: Mesh) -> Roi:

@@ -159,17 +159,21 @@ def out_of_plane_angle(rot: np.ndarray) -> float:
     return math.degrees(math.acos(float(np.clip(rot[2, 2], -1.0, 1.0))))
 
 
-def shape_turn(a: np.ndarray, b: np.ndarray) -> float:
-    """Out-of-plane rotation (degrees) of the 3D point set ``b`` against ``a`` (Kabsch, after centring
-    and scaling each to unit RMS size)."""
+def shape_rotation(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """The rotation taking the 3D point set ``a`` onto ``b`` (Kabsch, after centring and scaling each
+    to unit RMS size)."""
     pa = a - a.mean(axis=0)
     pb = b - b.mean(axis=0)
     pa /= max(float(np.sqrt(np.mean(np.sum(pa**2, axis=1)))), 1e-9)
     pb /= max(float(np.sqrt(np.mean(np.sum(pb**2, axis=1)))), 1e-9)
     u, _, vt = np.linalg.svd(pa.T @ pb)
     d = np.sign(np.linalg.det(u @ vt))
-    rot = (u @ np.diag([1.0, 1.0, d]) @ vt).T
-    return out_of_plane_angle(rot)
+    return (u @ np.diag([1.0, 1.0, d]) @ vt).T
+
+
+def shape_turn(a: np.ndarray, b: np.ndarray) -> float:
+    """Out-of-plane rotation (degrees) of the 3D point set ``b`` against ``a``."""
+    return out_of_plane_angle(shape_rotation(a, b))
 
 
 def camera(width: int, height: int, focal: float) -> np.ndarray:
