@@ -98,7 +98,7 @@ def main() -> None:
     print("binding (still vs frame, continuity, 3D check on the linked frames), ms:",
           summary(timed(lambda: bind(bundle, image, check.track, checker), args.repeats)))  # fmt: skip
     print("replay keys (digest and movement, in-memory SQLite), ms:",
-          summary(timed(lambda: burst_replays(bundle, bound, check.track, store, 3600.0, time.time()),
+          summary(timed(lambda: burst_replays(bundle, check.track, store, 3600.0, time.time()),
                         args.repeats)))  # fmt: skip
 
 

@@ -105,7 +105,7 @@ def main() -> None:
         check = checker.check_encoded(b.burst)
         t1 = time.perf_counter()
         bound = bind(b, image, check.track, checker)
-        replays = burst_replays(b, bound, check.track, store, 86400.0, 1e9) if store is not None else []
+        replays = burst_replays(b, check.track, store, 86400.0, 1e9) if store is not None else []
         t2 = time.perf_counter()
         accepted = bound.bound and bound.result is not None and bound.result.verdict.value == "3d"
         return check, accepted, replays, (t1 - t0) * 1000, (t2 - t1) * 1000

@@ -55,6 +55,7 @@ REPLAY_TOLERANCE = 4.0
 # Only bursts with a turn get a near-duplicate key: a still head's signature is all zeros, like every
 # other still head's (and a still head is never judged 3D, so it cannot pass as one anyway).
 REPLAY_MIN_TURN = 8.0
+REPLAY_TURN_BIN = 4.0  # degrees
 
 
 @dataclass(frozen=True)
@@ -172,25 +173,30 @@ def bind(
     return BoundBurst(tuple(problems), result, linked)
 
 
-def replay_key(track: BurstTrack, positions: Sequence[int]) -> tuple[list[str], list[float]] | None:
-    """The near-duplicate key of a burst: buckets (frame count and the frame of the largest turn,
-    with the neighbouring frames as probes) and the pose signature; None without a turn. The side of
-    the turn is not in the bucket: where the head mostly nods, the sign of its small yaw flips."""
-    sig = pose_signature(track, positions)
+def replay_keys(track: BurstTrack) -> list[tuple[str, list[str], list[float]]]:
+    """The near-duplicate keys of a burst: its pose signature over every frame with a face, under two
+    families of buckets, each (namespace, buckets to probe with the first its own, signature): the
+    frame count with the frame of the largest turn, and the frame count with the size of that turn
+    in REPLAY_TURN_BIN degree bins, each with its neighbours as probes. A copy whose largest turn
+    moved by a frame or two still meets its original in the other family. None without a turn."""
+    faces = [i for i, m in enumerate(track.meshes) if m is not None]
+    sig = pose_signature(track, faces)
     if sig is None:
-        return None
+        return []
     turns = np.abs(np.asarray(sig, dtype=np.float64).reshape(-1, 5)[:, :2]).max(axis=1)
     if float(turns.max()) < REPLAY_MIN_TURN:
-        return None
-    peak = int(np.argmax(turns))
-    n = len(turns)
-    buckets = [f"{n}:{p}" for p in (peak, peak - 1, peak + 1) if 0 <= p < n]
-    return buckets, sig
+        return []
+    n, peak = len(turns), int(np.argmax(turns))
+    size = int(turns.max() // REPLAY_TURN_BIN)
+    # The side of the turn is not in a bucket: where the head mostly nods, its small yaw flips sign.
+    return [
+        ("burst_pose", [f"{n}:{p}" for p in (peak, peak - 1, peak + 1) if 0 <= p < n], sig),
+        ("burst_turn", [f"{n}:{b}" for b in (size, size - 1, size + 1) if b >= 0], sig),
+    ]
 
 
 def burst_replays(
     bundle: Bundle,
-    bound: BoundBurst,
     track: BurstTrack | None,
     replay: ReplayStore,
     ttl_s: float,
@@ -205,10 +211,10 @@ def burst_replays(
         h.update(frame)
     if replay.remember("burst", h.hexdigest(), ttl_s, now=now_s):
         out.append("burst seen in an earlier capture")
-    key = replay_key(track, bound.linked) if track is not None and bound.linked else None
-    # Recorded even when the bytes were seen, so that every copy's movement is remembered.
-    seen = key is not None and replay.similar("burst_pose", *key, REPLAY_TOLERANCE, ttl_s, now=now_s)
-    if seen and not out:
+    keys = replay_keys(track) if track is not None else []
+    # Every family is recorded, even when the bytes were seen, so that every copy's movement is kept.
+    seen = [replay.similar(ns, buckets, sig, REPLAY_TOLERANCE, ttl_s, now=now_s) for ns, buckets, sig in keys]
+    if any(seen) and not out:
         out.append("burst movement seen in an earlier capture (a re-encoded copy)")
     return out
 

@@ -289,7 +289,7 @@ class CaptureEngine:
         check = checker.check_encoded(bundle.burst, self.face.max_pixels)
         bound = bind(bundle, image, check.track, checker, check.result)
         replays = burst_replays(
-            bundle, bound, check.track, self.replay, self.config.image_hash_ttl_s, now_ms / 1000.0
+            bundle, check.track, self.replay, self.config.image_hash_ttl_s, now_ms / 1000.0
         )
         if not bound.bound:
             return BurstOutcome(UNBOUND, bound, tuple(replays), tuple(describe(bound)))
