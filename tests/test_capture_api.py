@@ -744,7 +744,9 @@ def test_vector3_from_an_independent_library_is_accepted_as_live(
         FaceEngine.from_registry(ModelRegistry(models_settings), models_settings),
         SqliteReplayStore(),
         build_allowlist(extra=[v["sdk_extra_digest"]]),
-        CaptureConfig.from_settings(models_settings),
+        # The vector has no burst (a library of the format without one): judged as such under "use",
+        # refused under the default "require" (tests/test_capture_binding.py).
+        CaptureConfig.from_settings(models_settings.model_copy(update={"capture_motion3d": "use"})),
         clock_ms=lambda: int(v["server_time_ms"]),
     )
     decision = engine.check(bundle)
