@@ -37,6 +37,9 @@ PARTS = ("image", "photo", "external")
 BURST = "burst"
 BURST_MAX_FRAMES = 32
 BURST_MAX_FRAME_BYTES = 1 << 20
+# Frames are decoded only up to this many pixels (the libraries send 640 px on the longer side; this
+# is twice that on each side): a 20 MB bundle of 40 Mpx frames must not cost seconds and gigabytes.
+BURST_MAX_FRAME_PIXELS = 1280 * 1280
 
 ErrorKind = Literal["parse", "decrypt", "meta"]
 

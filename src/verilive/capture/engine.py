@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from verilive.capture.binding import BoundBurst, bind, burst_replays, describe
-from verilive.capture.bundle import Bundle
+from verilive.capture.bundle import BURST_MAX_FRAME_PIXELS, Bundle
 from verilive.capture.detectors import (
     Reason,
     Windows,
@@ -286,7 +286,7 @@ class CaptureEngine:
         checker = self.face.burst
         if checker is None:  # the face engine was built without the 3D check
             return BurstOutcome(untrusted=("the 3D check is not available",) if mode == "require" else ())
-        check = checker.check_encoded(bundle.burst, self.face.max_pixels)
+        check = checker.check_encoded(bundle.burst, min(self.face.max_pixels, BURST_MAX_FRAME_PIXELS))
         bound = bind(bundle, image, check.track, checker, check.result)
         replays = burst_replays(
             bundle, check.track, self.replay, self.config.image_hash_ttl_s, now_ms / 1000.0

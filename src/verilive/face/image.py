@@ -18,10 +18,15 @@ from PIL import Image, UnidentifiedImageError
 
 from verilive.errors import VeriliveError
 
-__all__ = ["DecodedImage", "ImageError", "decode_image"]
+__all__ = ["MAX_JPEG_SCANS", "DecodedImage", "ImageError", "decode_image", "jpeg_scans"]
 
 # Formats a camera or browser produces; anything else is refused before decoding.
 FORMATS = frozenset({"JPEG", "PNG", "WEBP", "BMP", "TIFF"})
+# A progressive JPEG costs the decoder one pass over the image per scan, and a scan can be 13 bytes:
+# refused above this many scans, counted before decoding (docs/security.md, "Hostile input II").
+# Cameras and browsers write 1 (every JPEG of ../shared/data has 1); libjpeg's progressive script
+# writes 10 for colour and 6 for grey; optimising encoders (mozjpeg) stay under 20.
+MAX_JPEG_SCANS = 32
 _EXIF_ORIENTATION = 0x0112
 # What undoes each EXIF orientation (1 = upright): a horizontal mirror first (2, 4, 5, 7), then a rotation.
 _ORIENT: dict[int, tuple[int | None, bool]] = {
@@ -74,6 +79,10 @@ def decode_image(data: bytes, max_pixels: int = 40_000_000) -> DecodedImage:
     if fmt == "JPEG" and not data.rstrip(b"\0").endswith(b"\xff\xd9"):
         # OpenCV would decode the part that arrived and grey-fill the rest.
         raise ImageError("The JPEG image is truncated (no end-of-image marker)")
+    if fmt == "JPEG" and (scans := jpeg_scans(data, MAX_JPEG_SCANS + 1)) > MAX_JPEG_SCANS:
+        raise ImageError(
+            f"The JPEG image has more than {scans - 1} scans; at most {MAX_JPEG_SCANS} are accepted"
+        )
     flags = cv2.IMREAD_UNCHANGED | cv2.IMREAD_IGNORE_ORIENTATION
     raw = cv2.imdecode(np.frombuffer(data, np.uint8), flags)
     if raw is None or raw.size == 0:
@@ -82,6 +91,42 @@ def decode_image(data: bytes, max_pixels: int = 40_000_000) -> DecodedImage:
     bgr = _upright(bgr, orientation)
     h, w = bgr.shape[:2]
     return DecodedImage(bgr=np.ascontiguousarray(bgr), format=fmt, width=w, height=h)
+
+
+def jpeg_scans(data: bytes, stop_at: int | None = None) -> int:
+    """How many scans (SOS segments) a JPEG has, by walking its segments and skipping each scan's
+    entropy-coded data (where 0xFF is always followed by 0x00 stuffing or a restart marker); stops
+    counting at ``stop_at``. Never decodes and never raises; a broken layout ends the walk."""
+    n, pos, count = len(data), 2, 0
+    while pos + 4 <= n and (stop_at is None or count < stop_at):
+        if data[pos] != 0xFF:
+            break
+        marker = data[pos + 1]
+        if marker == 0xFF:  # fill byte
+            pos += 1
+            continue
+        if marker == 0xD9:  # end of image
+            break
+        if 0xD0 <= marker <= 0xD7 or marker == 0x01:  # markers without a length
+            pos += 2
+            continue
+        pos += 2 + int.from_bytes(data[pos + 2 : pos + 4], "big")
+        if marker != 0xDA:
+            continue
+        count += 1
+        while True:  # the scan's entropy-coded data, to the next real marker
+            j = data.find(b"\xff", pos)
+            if j < 0 or j + 1 >= n:
+                return count
+            following = data[j + 1]
+            if following == 0x00 or 0xD0 <= following <= 0xD7:
+                pos = j + 2
+            elif following == 0xFF:
+                pos = j + 1
+            else:
+                pos = j
+                break
+    return count
 
 
 def _to_bgr8(raw: np.ndarray) -> np.ndarray:
