@@ -30,6 +30,7 @@ from starlette.concurrency import run_in_threadpool
 from verilive.capture.bundle import KeyRing, public_key_b64
 from verilive.capture.deps import capture_engine, capture_service, key_entries
 from verilive.capture.engine import CaptureValidationError
+from verilive.capture.placement import MAX_BYTES as PLACEMENT_MAX_BYTES
 from verilive.capture.requests import read_bundle_body
 from verilive.capture.schemas import (
     DemoAnswer,
@@ -156,7 +157,7 @@ def build_sdk_router() -> APIRouter:
     @router.post("/sdk/placement", response_model=PlacementAnswer)
     async def sdk_placement(ctx: Ctx, request: Request, response: Response) -> PlacementAnswer:
         response.headers["Cache-Control"] = "no-store"
-        data = await read_raw_body(request, "placement frame")
+        data = await read_raw_body(request, "placement frame", max_bytes=PLACEMENT_MAX_BYTES)
         width, height, faces = await run_in_threadpool(capture_engine(ctx).placement, data)
         return PlacementAnswer(
             width=width,

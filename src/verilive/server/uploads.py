@@ -6,7 +6,7 @@ from typing import Any
 
 from fastapi import Request, UploadFile
 
-from verilive.errors import InvalidInput, UnsupportedMediaType
+from verilive.errors import InvalidInput, PayloadTooLarge, UnsupportedMediaType
 
 OCTET_STREAM_BODY: dict[str, Any] = {
     "requestBody": {
@@ -22,17 +22,36 @@ def media_type(request: Request) -> str:
     return request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
 
 
-async def read_raw_body(request: Request, what: str = "request body") -> bytes:
-    """A raw binary body. Content types that clearly mean something else are refused."""
+async def read_raw_body(request: Request, what: str = "request body", max_bytes: int | None = None) -> bytes:
+    """A raw binary body. Content types that clearly mean something else are refused. With
+    ``max_bytes``, a larger body is a 413 from its Content-Length, or as soon as the stream passes the
+    limit: never read whole first (the service-wide limit is far larger)."""
     mt = media_type(request)
     if mt and any(mt.startswith(p) for p in _NOT_RAW):
         raise UnsupportedMediaType(
             f"Expected the {what} as application/octet-stream, got content type '{mt}'"
         )
-    body = await request.body()
+    if max_bytes is None:
+        body = await request.body()
+    else:
+        declared = request.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > max_bytes:
+            raise _too_large(what, max_bytes, int(declared))
+        chunks: list[bytes] = []
+        size = 0
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > max_bytes:
+                raise _too_large(what, max_bytes, size)
+            chunks.append(chunk)
+        body = b"".join(chunks)
     if not body:
         raise InvalidInput(f"The {what} is empty", code="EMPTY_BODY")
     return body
+
+
+def _too_large(what: str, max_bytes: int, size: int) -> PayloadTooLarge:
+    return PayloadTooLarge(f"The {what} is at most {max_bytes // 1024} KiB; this one is {size} bytes or more")
 
 
 async def require_multipart(request: Request) -> None:
