@@ -207,6 +207,10 @@ def create_service_app(
         docs_url=None,  # the default page loads Swagger UI from a CDN; ours is local
         redoc_url=None,
         openapi_url="/openapi.json",
+        # No trailing-slash redirect: Starlette builds its Location from the request's Host header,
+        # so `/bi_records/` with `Host: evil.example` answered `Location: http://evil.example/...`
+        # (issue 44). The API has no paths with a trailing slash; such a path is the usual 404.
+        redirect_slashes=False,
     )
     app.state.ctx = ctx
     app.state.error_code_map = definition.error_code_map

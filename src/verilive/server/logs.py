@@ -10,6 +10,7 @@ import contextvars
 import datetime as dt
 import json
 import logging
+import re
 import sys
 
 request_id_var: contextvars.ContextVar[str | None] = contextvars.ContextVar("request_id", default=None)
@@ -41,18 +42,58 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(out, default=str)
 
 
+# Text mode: one line per record whatever its message holds. C0 and C1 controls (CR, LF, ESC, ...),
+# DEL and the Unicode line and paragraph separators are written as escapes, so a request path such
+# as `/x%0a2026-... INFO verilive.audit: ...` cannot start a forged log line (issue 44). A backslash
+# is doubled so that an escape in the output always means a control character in the input.
+_CONTROL = re.compile(r"[\\\x00-\x1f\x7f-\x9f\u2028\u2029]")
+_NAMED = {"\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
+TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+
+
+def escape_controls(text: str) -> str:
+    """``text`` on one line: controls as ``\\n``, ``\\r``, ``\\t``, ``\\xNN`` or ``\\uNNNN``."""
+
+    def one(m: re.Match[str]) -> str:
+        c = m.group()
+        if c in _NAMED:
+            return _NAMED[c]
+        return f"\\x{ord(c):02x}" if ord(c) < 0x100 else f"\\u{ord(c):04x}"
+
+    return _CONTROL.sub(one, text)
+
+
 class TextFormatter(logging.Formatter):
+    """Plain text, one line per record (message and its arguments escaped); a traceback follows
+    on lines of its own, each indented with ``  | `` so that none of them can pass for a record."""
+
+    def __init__(self, fmt: str = TEXT_FORMAT, datefmt: str | None = None) -> None:
+        super().__init__(fmt, datefmt)
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        # record.message is getMessage(): the message with its args, as the caller passed them.
+        # The logger name is escaped too (it is code's, but costs nothing).
+        saved = record.message, record.name
+        record.message, record.name = escape_controls(record.message), escape_controls(record.name)
+        try:
+            return super().formatMessage(record)
+        finally:
+            record.message, record.name = saved
+
     def format(self, record: logging.LogRecord) -> str:
         base = super().format(record)
+        head, sep, tail = base.partition("\n")  # the message itself has no newline left
         rid = request_id_var.get()
-        return f"{base} [rid={rid}]" if rid else base
+        head = f"{head} [rid={escape_controls(rid)}]" if rid else head
+        if not sep:
+            return head
+        lines = (escape_controls(line) for line in tail.split("\n"))
+        return head + "".join(f"\n  | {line}" for line in lines)
 
 
 def configure_logging(level: str = "INFO", json_lines: bool = True) -> None:
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(
-        JsonFormatter() if json_lines else TextFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s")
-    )
+    handler.setFormatter(JsonFormatter() if json_lines else TextFormatter(TEXT_FORMAT))
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
