@@ -257,6 +257,53 @@ def test_paths_have_the_documented_scopes() -> None:
     assert presented_key([(b"authorization", b"Bearer "), (b"x-api-key", b"abc")]) == "abc"
 
 
+# Issue 44, finding 2: the scope is decided on the route path, not on scope["path"], which holds
+# the prefix of uvicorn's --root-path or of a mount while routing matches the path without it.
+PREFIXED_ROUTES = [("/bi_records", "backoffice"), ("/bi_report", "backoffice"), ("/metrics", "metrics")]
+
+
+def assert_scopes_hold_under_prefix(c: TestClient, prefix: str, face: bool = True) -> None:
+    for path, scope in PREFIXED_ROUTES if face else [r for r in PREFIXED_ROUTES if r[0] != "/bi_report"]:
+        url = f"{prefix}{path}"
+        assert_error(c.get(url), 401)
+        forbidden = assert_error(c.get(url, headers=bearer(CHECK_KEY)), 403)
+        assert scope in forbidden["message"]
+        assert c.get(url, headers=bearer(KEY_OF_SCOPE[scope])).status_code == 200
+    assert c.get(f"{prefix}/health").status_code not in (401, 403)  # open routes stay open
+
+
+def test_scopes_hold_under_a_root_path(keyed: dict[str, TestClient]) -> None:
+    """Served as `verilive serve face --root-path /face` (uvicorn puts the prefix in scope["path"])."""
+    for service in ("face", "capture"):
+        c = TestClient(keyed[service].app, root_path="/face", raise_server_exceptions=False)
+        assert_scopes_hold_under_prefix(c, "/face", face=service == "face")
+    voice = TestClient(keyed["voice"].app, root_path="/voice", raise_server_exceptions=False)
+    assert_error(voice.get("/voice/metrics", headers=bearer(CHECK_KEY)), 403)
+    assert voice.get("/voice/metrics", headers=bearer(METRICS_KEY)).status_code == 200
+
+
+def test_scopes_hold_under_a_mount(keyed: dict[str, TestClient]) -> None:
+    """Mounted under a prefix in a parent app (a Mount sets root_path, keeps the full path)."""
+    from starlette.applications import Starlette
+    from starlette.routing import Mount
+
+    parent = Starlette(
+        routes=[Mount("/api/face", app=keyed["face"].app), Mount("/capture", app=keyed["capture"].app)]
+    )
+    c = TestClient(parent, raise_server_exceptions=False)
+    assert_scopes_hold_under_prefix(c, "/api/face")
+    assert_scopes_hold_under_prefix(c, "/capture", face=False)
+
+
+def test_route_path_strips_the_root_path_whether_or_not_path_holds_it() -> None:
+    assert auth.route_path({"path": "/face/bi_records", "root_path": "/face"}) == "/bi_records"
+    assert auth.route_path({"path": "/bi_records", "root_path": "/face"}) == "/bi_records"
+    assert auth.route_path({"path": "/face/metrics", "root_path": "/face/"}) == "/metrics"
+    assert auth.route_path({"path": "/facebook/bi_records", "root_path": "/face"}) == "/facebook/bi_records"
+    assert auth.route_path({"path": "/metrics", "root_path": ""}) == "/metrics"
+    assert auth.route_path({"path": "/metrics"}) == "/metrics"
+
+
 def test_rate_limits_hold_across_two_replicas_sharing_redis(tmp_path: Path) -> None:
     limited = ApiKeyEntry(
         name="scraper", sha256=key_digest(METRICS_KEY), scopes=("metrics",), rate_per_minute=4

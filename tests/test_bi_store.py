@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import datetime as dt
 import math
+import os
+import stat
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import replace
@@ -517,3 +519,31 @@ def test_endpoint_filter_separates_services_sharing_a_store(store: BiStore) -> N
     assert store.report(endpoints=("check_liveness", "check_image"))["total"] == 1
     assert store.report()["total"] == 2
     assert store.report(endpoints=())["total"] == 0
+
+
+def test_a_new_data_directory_is_0700_and_its_databases_0600(tmp_path: Path) -> None:
+    """Issue 44, finding 6: BI records and the replay store are not readable by other local users,
+    whatever the umask; an existing database keeps the mode its owner gave it."""
+    from verilive.capture.replay import SqliteReplayStore
+
+    data = tmp_path / "share" / "verilive"
+    old = os.umask(0o022)
+    try:
+        store = BiStore(f"sqlite:///{data}/bi.sqlite3", retention_days=0)
+        replay = SqliteReplayStore(data / "capture-replay.sqlite3")
+    finally:
+        os.umask(old)
+    try:
+        assert stat.S_IMODE(data.stat().st_mode) == 0o700
+        for name in ("bi.sqlite3", "capture-replay.sqlite3"):
+            assert stat.S_IMODE((data / name).stat().st_mode) == 0o600, name
+        for wal in data.glob("*-wal"):  # SQLite gives the WAL and shm files the database's mode
+            assert stat.S_IMODE(wal.stat().st_mode) == 0o600, wal.name
+    finally:
+        store.close()
+        replay.close()
+    existing = tmp_path / "mine.sqlite3"
+    existing.touch(mode=0o640)
+    existing.chmod(0o640)
+    BiStore(f"sqlite:///{existing}", retention_days=0).close()
+    assert stat.S_IMODE(existing.stat().st_mode) == 0o640

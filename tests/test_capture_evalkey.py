@@ -4,6 +4,7 @@ and a service without a key that says what is wrong and how to fix it."""
 from __future__ import annotations
 
 import logging
+import os
 import stat
 from pathlib import Path
 
@@ -112,3 +113,67 @@ def test_a_configured_key_wins_over_the_evaluation_key(tmp_path: Path) -> None:
     with TestClient(create_service_app("capture", s)) as c:
         assert c.get("/sdk/public_key").json() == {"keyId": kid, "publicKey": pub}
     assert not (tmp_path / "e.pem").exists()
+
+
+# Issue 44, finding 6: an evaluation key found in place is used only when it is this user's own,
+# private, regular file; the service then has no key and says which file and how to fix it.
+def _found_key(tmp_path: Path, mode: int) -> Path:
+    path = tmp_path / "eval" / "key.pem"
+    path.parent.mkdir()
+    _, pem, _ = generate_key()
+    path.write_bytes(pem)
+    path.chmod(mode)
+    return path
+
+
+@pytest.mark.parametrize("mode", [0o644, 0o640, 0o604, 0o660, 0o622], ids=oct)
+def test_an_evaluation_key_open_to_others_is_refused(tmp_path: Path, mode: int) -> None:
+    path = _found_key(tmp_path, mode)
+    keys = capture_keys(_settings(tmp_path, host="127.0.0.1"))
+    assert keys.entries == () and not keys.evaluation and keys.problem is not None
+    assert str(path) in keys.problem and f"chmod 600 {path}" in keys.problem
+    assert stat.S_IMODE(path.stat().st_mode) == mode  # refused, not silently changed
+
+
+def test_a_symlinked_evaluation_key_is_refused(tmp_path: Path) -> None:
+    target = tmp_path / "elsewhere.pem"
+    _, pem, _ = generate_key()
+    target.write_bytes(pem)
+    target.chmod(0o600)  # a good key, but reached through a link someone could point anywhere
+    path = tmp_path / "eval" / "key.pem"
+    path.parent.mkdir()
+    path.symlink_to(target)
+    keys = capture_keys(_settings(tmp_path, host="127.0.0.1"))
+    assert keys.entries == () and keys.problem is not None
+    assert str(path) in keys.problem and "symlink" in keys.problem
+    # A dangling link is refused too, never followed to create a key where it points.
+    target.unlink()
+    keys = capture_keys(_settings(tmp_path, host="127.0.0.1"))
+    assert keys.entries == () and "symlink" in (keys.problem or "") and not target.exists()
+
+
+def test_an_evaluation_key_of_another_user_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = _found_key(tmp_path, 0o600)
+    monkeypatch.setattr("verilive.capture.evalkey.os.getuid", lambda: path.stat().st_uid + 1)
+    keys = capture_keys(_settings(tmp_path, host="127.0.0.1"))
+    assert keys.entries == () and keys.problem is not None
+    assert str(path) in keys.problem and "owned by" in keys.problem
+
+
+def test_a_private_evaluation_key_found_in_place_is_used(tmp_path: Path) -> None:
+    path = _found_key(tmp_path, 0o600)
+    keys = capture_keys(_settings(tmp_path, host="127.0.0.1"))
+    assert keys.entries == (str(path),) and keys.evaluation and keys.problem is None
+
+
+def test_the_evaluation_key_directory_is_made_0700(tmp_path: Path) -> None:
+    old = os.umask(0o022)
+    try:
+        keys = capture_keys(_settings(tmp_path, host="127.0.0.1"))
+    finally:
+        os.umask(old)
+    assert keys.evaluation
+    assert stat.S_IMODE((tmp_path / "eval").stat().st_mode) == 0o700
+    assert stat.S_IMODE((tmp_path / "eval" / "key.pem").stat().st_mode) == 0o600

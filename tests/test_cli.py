@@ -139,3 +139,31 @@ def test_serve_port_in_use_exits_nonzero(models_settings: Settings) -> None:
             timeout=120,
         )
     assert proc.returncode != 0
+
+
+def test_serve_root_path_reaches_uvicorn(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`--root-path` (issue 44): the prefix a gateway routes to the service is uvicorn's root_path;
+    a prefix not starting with '/' is refused before anything starts."""
+    import verilive.cli
+    from verilive.server import runner
+
+    seen: list[runner.ServerOptions] = []
+    s = Settings(
+        models_dir=tmp_path / "models",
+        model_mirror=None,
+        require_models=False,
+        bi_database_url=f"sqlite:///{tmp_path}/bi.sqlite3",
+        capture_replay_url=f"sqlite:///{tmp_path}/replay.sqlite3",
+    )
+    monkeypatch.setattr(verilive.cli, "get_settings", lambda: s)
+    monkeypatch.setattr(runner, "run_apps", lambda apps, options, *a: seen.append(options))
+    result = CliRunner().invoke(app, ["serve", "voice", "--port", "1", "--root-path", "/voice/"])
+    assert result.exit_code == 0, result.output
+    assert seen[0].root_path == "/voice"
+    assert seen[0].uvicorn_config(object(), "127.0.0.1", 1).root_path == "/voice"  # type: ignore[arg-type]
+    assert runner.ServerOptions.from_settings(s.model_copy(update={"root_path": "/v"})).root_path == "/v"
+    bad = CliRunner().invoke(app, ["serve", "voice", "--root-path", "voice"])
+    assert bad.exit_code == 2 and not seen[1:]
+    assert Settings(root_path="/face").root_path == "/face"
+    with pytest.raises(ValueError):
+        Settings(root_path="face/")

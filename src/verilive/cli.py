@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
@@ -11,7 +12,7 @@ import typer
 from rich.console import Console
 
 import verilive
-from verilive.config import Settings, get_settings
+from verilive.config import ROOT_PATH_PATTERN, Settings, get_settings
 
 app = typer.Typer(
     help="verilive: self-hosted voice analysis, face liveness and capture liveness.", no_args_is_help=True
@@ -49,6 +50,10 @@ def serve(
     workers: Annotated[
         int | None, typer.Option(min=1, max=64, help="Worker processes (default VERILIVE_WORKERS, 1).")
     ] = None,
+    root_path: Annotated[
+        str | None,
+        typer.Option(help="Path prefix behind a gateway, e.g. /face (default VERILIVE_ROOT_PATH, none)."),
+    ] = None,
 ) -> None:
     """Run one service, or all three in one process on three ports."""
     from verilive.models.sessions import ModelRegistry, install_hint
@@ -65,6 +70,7 @@ def serve(
             "voice_port": voice_port,
             "capture_port": capture_port,
             "workers": workers,
+            "root_path": root_path,
         }.items()
         if v is not None
     }
@@ -74,6 +80,13 @@ def serve(
                 "use --face-port/--voice-port/--capture-port with 'all'", param_hint="--port"
             )
         overrides[f"{service.value}_port"] = port
+    if root_path is not None:
+        overrides["root_path"] = root_path = root_path.rstrip("/")
+        if not re.fullmatch(ROOT_PATH_PATTERN, root_path):
+            raise typer.BadParameter(
+                "a path prefix starts with '/' and holds URL path characters, e.g. /face",
+                param_hint="--root-path",
+            )
     if overrides:
         settings = settings.model_copy(update=overrides)
     configure_logging(settings.log_level, settings.log_json)
@@ -90,7 +103,8 @@ def serve(
     for n in names:
         err.print(
             f"verilive {n} on http://{settings.host}:{settings.port_of(n)}"
-            "  (Swagger UI: /swagger-ui/index.html)"
+            + (f" under the path prefix {settings.root_path}" if settings.root_path else "")
+            + "  (Swagger UI: /swagger-ui/index.html)"
             + (f", {settings.workers} workers" if settings.workers > 1 else "")
         )
     if settings.workers > 1:

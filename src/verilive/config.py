@@ -61,6 +61,10 @@ class ApiKeyEntry(BaseModel):
     rate_per_minute: int | None = Field(None, ge=1, description="Requests per minute, all replicas together.")
 
 
+# A path prefix: empty, or '/'-separated non-empty segments of URL path characters, no trailing '/'.
+ROOT_PATH_PATTERN = r"^(/[A-Za-z0-9._~!$&'()*+,;=:@%-]+)*$"
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix=ENV_PREFIX,
@@ -122,6 +126,14 @@ class Settings(BaseSettings):
     backlog: int = Field(2048, ge=1, description="Listen backlog of each service socket.")
     keep_alive_s: float = Field(
         75.0, gt=0, description="Idle keep-alive time of client connections; longer than the proxy's."
+    )
+    root_path: str = Field(
+        "",
+        pattern=ROOT_PATH_PATTERN,
+        description=(
+            "Path prefix the services are reached under behind a gateway (e.g. /face): uvicorn's "
+            "root_path. Empty: none. API key scopes are decided on the path without it."
+        ),
     )
 
     # --- licence and identity ---

@@ -30,6 +30,8 @@ from typing import Any
 
 import numpy as np
 
+from verilive.datadir import make_private_file
+
 __all__ = ["RedisReplayStore", "ReplayStore", "SqliteReplayStore", "open_replay_store"]
 
 # Expired rows are deleted at most this often (SQLite; Redis expires keys itself).
@@ -91,7 +93,7 @@ class SqliteReplayStore(ReplayStore):
     def __init__(self, path: str | Path = ":memory:") -> None:
         self.path = str(path)
         if self.path != ":memory:":
-            Path(self.path).expanduser().parent.mkdir(parents=True, exist_ok=True)
+            make_private_file(self.path)  # data directory 0700, database 0600 (issue 44)
         self._lock = threading.Lock()
         self._db = sqlite3.connect(self.path, check_same_thread=False, isolation_level=None, timeout=30.0)
         self._last_purge = -math.inf

@@ -10,9 +10,11 @@ Configured keys are sha256 hashes (``VERILIVE_API_KEYS``); a request presents th
 
 With no keys configured the middleware is not installed and every route answers as before. With
 keys: no key or an unknown key is 401, a key without the path's scope 403, a key over its rate limit
-429, each in the service's error body. The presented key is hashed and compared with every
-configured hash in constant time; only the key's name is ever logged. Every back-office request
-writes one audit line (logger ``verilive.audit``): key name, route, status, record count.
+429, each in the service's error body. The scope is decided on the route path: the path without
+the ``root_path`` a prefix (``--root-path``, a mount) adds, as routing matches it (issue 44). The
+presented key is hashed and compared with every configured hash in constant time; only the key's
+name is ever logged. Every back-office request writes one audit line (logger ``verilive.audit``):
+key name, route, status, record count.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ __all__ = [
     "RateCounter",
     "key_digest",
     "presented_key",
+    "route_path",
     "scope_of",
 ]
 
@@ -74,6 +77,19 @@ def scope_of(path: str) -> ApiScope | None:
     if path in BACKOFFICE_PATHS:
         return ApiScope.BACKOFFICE
     return ApiScope.CHECK
+
+
+def route_path(scope: Scope) -> str:
+    """The path routing matches: ``scope["path"]`` without the ``root_path`` at its start.
+
+    Servers and Starlette versions differ on whether ``path`` holds the prefix (uvicorn's
+    ``--root-path`` and a ``Mount`` put it there; older ones did not), so it is stripped when
+    present, on a segment boundary only, as Starlette's router does."""
+    path = str(scope.get("path", ""))
+    root = str(scope.get("root_path", "") or "").rstrip("/")
+    if root and path.startswith(root) and (len(path) == len(root) or path[len(root)] == "/"):
+        return path[len(root) :]
+    return path
 
 
 def presented_key(headers: Iterable[tuple[bytes, bytes]]) -> str | None:
@@ -152,7 +168,7 @@ class ApiKeyMiddleware:
         if scope["type"] != "http":
             await self.app(scope, receive, send)
             return
-        path = scope.get("path", "")
+        path = route_path(scope)
         needed = scope_of(path)
         if needed is None:
             await self.app(scope, receive, send)

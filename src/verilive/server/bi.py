@@ -53,6 +53,7 @@ from sqlalchemy.pool import StaticPool
 from sqlalchemy.schema import CreateIndex, CreateTable
 from sqlalchemy.types import TypeDecorator
 
+from verilive.datadir import make_private_file
 from verilive.errors import InvalidParameter
 from verilive.server.logs import request_id_var
 
@@ -322,7 +323,11 @@ class BiStore:
             # One shared connection, or each thread would see its own empty database.
             engine = create_engine(url, poolclass=StaticPool, connect_args={"check_same_thread": False})
         else:
-            Path(url.database or "").parent.mkdir(parents=True, exist_ok=True)
+            database = url.database or ""
+            if database.startswith("file:"):  # an SQLite URI: its own options decide
+                Path(database[5:].partition("?")[0]).parent.mkdir(parents=True, exist_ok=True)
+            else:
+                make_private_file(database)  # data directory 0700, database 0600 (issue 44)
             engine = create_engine(url, connect_args={"check_same_thread": False})
 
         @event.listens_for(engine, "connect")

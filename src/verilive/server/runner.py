@@ -49,6 +49,7 @@ class ServerOptions:
     backlog: int = 2048
     keep_alive_s: float = 75.0
     threadpool_size: int = 0  # 0: anyio's default (40)
+    root_path: str = ""  # the prefix a gateway routes to these services (uvicorn's --root-path)
 
     @classmethod
     def from_settings(cls, settings: Settings) -> ServerOptions:
@@ -59,6 +60,7 @@ class ServerOptions:
             backlog=settings.backlog,
             keep_alive_s=settings.keep_alive_s,
             threadpool_size=settings.threadpool_size,
+            root_path=settings.root_path,
         )
 
     def uvicorn_config(self, app: FastAPI, host: str, port: int) -> uvicorn.Config:
@@ -74,6 +76,7 @@ class ServerOptions:
             timeout_keep_alive=max(1, int(-(-self.keep_alive_s // 1))),
             limit_concurrency=self.limit_concurrency or None,
             backlog=self.backlog,
+            root_path=self.root_path,
         )
 
 
