@@ -73,6 +73,34 @@ _INTEGER_CODED_SUBTYPES: frozenset[str] = frozenset(
 # the audio actually decoded, not a header's frame count (which can be corrupt or an estimate).
 _BLOCK_SAMPLES = 1 << 21
 
+# Decoded audio per byte received (issue 44). Lossless and lossy codecs turn a few bytes into
+# much audio when the signal is digital silence or crafted (a FLAC constant subframe, an Opus
+# packet of empty frames); the engines then spend CPU per decoded second. Both rules are
+# checked from the header before decoding and on the frames actually decoded, block by block,
+# and no block reads past the allowed count, so a refused file never costs more than its
+# allowance. Constants measured by ``python -m bench.hostile_audio`` (docs/audio.md):
+# - _MIN_BYTES_PER_SECOND: the poorest real speech codec is Opus at 6 kbit/s (750 B/s); its
+#   DTX silences cost about 130 B/s in Ogg, so a call that is 88 % DTX silence still averages
+#   200 B/s. GSM 6.10 writes 1,625 B/s, Vorbis at its lowest setting about 3,300 B/s. Refused:
+#   FLAC of digital silence (about 46 B/s), Opus packets of empty frames (about 27 B/s).
+#   Vorbis has no DTX and no low-bitrate speech mode: its lowest setting writes about 3,500 B/s
+#   of 16 kHz speech and 280 B/s of silence, so 600 B/s (_MIN_BYTES_PER_SECOND_VORBIS) still
+#   admits a file that is 90 % digital silence and refuses pure silence.
+# - _MAX_SAMPLES_PER_BYTE (frames x channels): fixed-rate codecs never exceed 5 (GSM 6.10 4.9,
+#   NMS ADPCM 3.8, u-law 1, PCM16 0.5). FLAC/ALAC of speech give about 1 (16 bit) to 4 (8 bit);
+#   16 admits a lossless file that is down to about 6 % speech and 94 % digital silence and bounds
+#   lossless decoding at about 16 x 12 ns per byte. Lossy codecs: 6 kbit/s Opus in stereo at
+#   48 kHz at the 200 B/s floor gives 480; 512 refuses 192 kHz 8-channel silence (about 1,000).
+# - _FREE_SECONDS / _FREE_SAMPLES: decoded regardless of size, so a short clip with a large
+#   header or a moment of silence is never refused; at most a few ms of CPU.
+_MIN_BYTES_PER_SECOND = 200.0
+_MIN_BYTES_PER_SECOND_VORBIS = 600.0
+_MAX_SAMPLES_PER_BYTE_LOSSLESS = 16
+_MAX_SAMPLES_PER_BYTE = 512
+_FREE_SECONDS = 0.5
+_FREE_SAMPLES = 16384
+_LOSSLESS_CONTAINERS: frozenset[str] = frozenset({"FLAC"})
+
 _SAMPLE_RATE_RULE = f"a whole number of Hz between {MIN_SAMPLE_RATE} and {MAX_SAMPLE_RATE}"
 
 
@@ -334,10 +362,13 @@ def _read_file(
                 raise AudioDecodeError(f"the file declares {channels} audio channels")
             if header_frames <= 0:
                 raise AudioDecodeError("the audio file contains no samples (0 frames)")
-            # Cheap check from the header before any sample is decoded.
+            # Cheap checks from the header before any sample is decoded.
             _check_duration(header_frames, rate, limit, channels)
+            max_frames = _max_frames_for_bytes(len(data), container, subtype, rate, channels)
+            _check_density(header_frames, max_frames, len(data), rate, channels, subtype)
             int_path = want_int16 and subtype in _INTEGER_CODED_SUBTYPES
-            samples = _read_blocks(f, "int16" if int_path else "float32", rate, limit)
+            dtype = "int16" if int_path else "float32"
+            samples = _read_blocks(f, dtype, rate, limit, max_frames, len(data), subtype)
     except (AudioDecodeError, PayloadTooLarge):
         raise
     except MemoryError:
@@ -358,19 +389,51 @@ def _read_file(
     return samples, rate
 
 
-def _read_blocks(f: sf.SoundFile, dtype: str, rate: int, limit: float) -> np.ndarray:
+def _max_frames_for_bytes(n_bytes: int, container: str, subtype: str, rate: int, channels: int) -> int:
+    """Most frames a file of ``n_bytes`` may decode to (see ``_MIN_BYTES_PER_SECOND``)."""
+    lossless = container in _LOSSLESS_CONTAINERS or subtype.startswith("ALAC")
+    per_byte = _MAX_SAMPLES_PER_BYTE_LOSSLESS if lossless else _MAX_SAMPLES_PER_BYTE
+    by_seconds = int((_FREE_SECONDS + n_bytes / _min_bytes_per_second(subtype)) * rate)
+    by_samples = (_FREE_SAMPLES + n_bytes * per_byte) // channels
+    return max(1, min(by_seconds, by_samples))
+
+
+def _min_bytes_per_second(subtype: str) -> float:
+    return _MIN_BYTES_PER_SECOND_VORBIS if subtype == "VORBIS" else _MIN_BYTES_PER_SECOND
+
+
+def _check_density(
+    frames: int, max_frames: int, n_bytes: int, rate: int, channels: int, subtype: str
+) -> None:
+    if frames > max_frames:
+        raise AudioDecodeError(
+            f"the {n_bytes}-byte file decodes to more than {max_frames / rate:.1f} s of audio "
+            f"({max_frames} frames x {channels} channel(s) at {rate} Hz): more audio per byte than "
+            f"speech in any codec (the rule: at least {_min_bytes_per_second(subtype):g} bytes per "
+            f"second, and at most {_MAX_SAMPLES_PER_BYTE_LOSSLESS} samples per byte for FLAC and "
+            f"ALAC, {_MAX_SAMPLES_PER_BYTE} for other codecs). A file that is almost all digital "
+            "silence is refused: trim the silence, or send PCM WAV"
+        )
+
+
+def _read_blocks(
+    f: sf.SoundFile, dtype: str, rate: int, limit: float, max_frames: int, n_bytes: int, subtype: str
+) -> np.ndarray:
     block_frames = max(1, _BLOCK_SAMPLES // f.channels)
     blocks: list[np.ndarray] = []
     total = 0
     budget = _sample_budget()
     while True:
-        block = f.read(block_frames, dtype=dtype, always_2d=True)
+        # Never decode past the allowance by more than one frame: the bound holds while decoding.
+        want = min(block_frames, max_frames + 1 - total)
+        block = f.read(want, dtype=dtype, always_2d=True)
         if block.shape[0] == 0:
             break
         blocks.append(block)
         total += block.shape[0]
         _check_duration(total, rate, limit, f.channels, budget)  # header was checked; a backstop
-        if block.shape[0] < block_frames:
+        _check_density(total, max_frames, n_bytes, rate, f.channels, subtype)
+        if block.shape[0] < want:
             break
     if not blocks:
         return np.zeros((0, f.channels), dtype=dtype)
