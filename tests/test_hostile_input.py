@@ -5,6 +5,7 @@ decoding on every image route; bundle burst frames are decoded only up to a pixe
 
 from __future__ import annotations
 
+import io
 import struct
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,12 +15,19 @@ import numpy as np
 import pytest
 from common.capture_samples import turn_frames
 from fastapi.testclient import TestClient
+from PIL import Image
 
 from tests.test_capture_api import PUBLIC, env, settings_for
 from verilive.capture import bundle as B
 from verilive.capture.client import make_photo
 from verilive.config import Settings
-from verilive.face.image import MAX_JPEG_SCANS, ImageError, decode_image, jpeg_scans
+from verilive.face.image import (
+    FULL_DECODE_PIXELS,
+    MAX_JPEG_SCANS,
+    ImageError,
+    decode_image,
+    jpeg_scans,
+)
 from verilive.server.app import create_service_app
 
 FACE = "data/face/pad_silentface/image_T1.jpg"
@@ -62,6 +70,54 @@ def test_a_real_progressive_jpeg_still_decodes_and_a_scan_bomb_does_not(shared_d
     assert cv2.imdecode(np.frombuffer(bomb, np.uint8), cv2.IMREAD_COLOR) is not None
     with pytest.raises(ImageError, match="scans"):
         decode_image(bomb)
+
+
+def flat(width: int, height: int, ext: str = ".jpg", *params: int) -> bytes:
+    """One grey: the most pixels per byte a format can carry (decompression cost without the bytes)."""
+    ok, buf = cv2.imencode(ext, np.full((height, width, 3), 128, np.uint8), list(params))
+    assert ok
+    return buf.tobytes()
+
+
+def test_sparse_pictures_are_decoded_scaled_down_or_refused(shared_dir: Path) -> None:
+    """Above a 1080p frame, an image gets 10 pixels per byte received: a baseline JPEG with fewer
+    bytes is decoded at 1/2, 1/4 or 1/8 scale (its declared size is kept), any other format is
+    refused, and a progressive JPEG must bring a byte per 100 pixel-scans."""
+    big = flat(6320, 6320)  # 40 Mpx in 625 kB: 64 pixels a byte
+    img = decode_image(big)
+    assert (img.width, img.height, img.reduction) == (6320, 6320, 4)
+    assert img.bgr.shape == (1580, 1580, 3) and int(img.bgr[0, 0, 0]) in range(126, 131)
+    # A 1080p frame always decodes in full, however little it weighs.
+    hd = decode_image(flat(1920, 1080))
+    assert hd.reduction == 1 and hd.bgr.shape == (1080, 1920, 3)
+    assert FULL_DECODE_PIXELS >= 1920 * 1088
+    # Detail earns full size: a real photo, and noise at 12 Mpx.
+    assert decode_image((shared_dir / FACE).read_bytes()).reduction == 1
+    noise = np.random.default_rng(0).integers(0, 256, (4000, 3000, 3), dtype=np.uint8)
+    assert (
+        decode_image(cv2.imencode(".jpg", noise, [cv2.IMWRITE_JPEG_QUALITY, 80])[1].tobytes()).reduction == 1
+    )
+    # The declared size follows the EXIF rotation when decoded scaled down.
+    buf = io.BytesIO()
+    exif = Image.Exif()
+    exif[0x0112] = 6
+    Image.new("RGB", (4000, 3000), (90, 120, 150)).save(buf, "JPEG", quality=90, exif=exif)
+    turned = decode_image(buf.getvalue())
+    assert (turned.width, turned.height) == (3000, 4000) and turned.reduction > 1
+    assert turned.bgr.shape[0] > turned.bgr.shape[1]
+    # Refused before decoding: flat progressive JPEG (the worst found: 0.38 s of CPU for 235 kB),
+    # flat PNG and WebP.
+    with pytest.raises(ImageError, match="progressive"):
+        decode_image(flat(6320, 6320, ".jpg", cv2.IMWRITE_JPEG_PROGRESSIVE, 1))
+    with pytest.raises(ImageError, match="progressive"):  # 13 kB; 20 ms to decode
+        decode_image(scan_bomb(np.full((1080, 1920, 3), 128, np.uint8), MAX_JPEG_SCANS - 10))
+    with pytest.raises(ImageError, match="pixels per byte"):
+        decode_image(flat(4000, 4000, ".png", cv2.IMWRITE_PNG_COMPRESSION, 9))
+    with pytest.raises(ImageError, match="pixels per byte"):
+        decode_image(flat(4000, 4000, ".webp", cv2.IMWRITE_WEBP_QUALITY, 50))
+    # A lossless photo is far from the bound (a few bytes a pixel).
+    photo = cv2.resize(decode_image((shared_dir / FACE).read_bytes()).bgr, (1800, 2400))
+    assert decode_image(cv2.imencode(".png", photo)[1].tobytes()).reduction == 1
 
 
 @pytest.fixture(scope="module")
@@ -184,3 +240,34 @@ def test_placement_refuses_a_large_body_before_reading_it(capture: TestClient) -
     with pytest.raises(PayloadTooLarge):
         asyncio.run(read_raw_body(Request(scope, receive), "placement frame", max_bytes=MAX_BYTES))
     assert len(sent) == MAX_BYTES // 65536 + 1  # 5 chunks of 64 KiB read, not 800
+
+
+@pytest.mark.slow
+def test_a_sparse_photo_is_judged_scaled_down_and_a_sparse_bomb_is_refused(
+    face: TestClient, shared_dir: Path
+) -> None:
+    """Through /check_liveness: a real selfie blown up to 31 Mpx (1.7 MB, 18 pixels a byte) is
+    decoded at half size and judged as the selfie is; a flat progressive JPEG and a flat PNG get
+    FAILED_TO_READ_IMAGE, where the code before issue 44 decoded them in full."""
+    data = (shared_dir / FACE).read_bytes()
+    img = decode_image(data).bgr
+    blown = cv2.resize(img, (4800, 6400), interpolation=cv2.INTER_CUBIC)
+    sparse = cv2.imencode(".jpg", blown, [cv2.IMWRITE_JPEG_QUALITY, 75])[1].tobytes()
+    assert decode_image(sparse).reduction == 2
+
+    def judge(image: bytes) -> dict[str, float]:
+        r = face.post("/check_liveness", files=[("image", ("a.jpg", image, "image/jpeg"))])
+        assert r.status_code == 200, r.text
+        return r.json()
+
+    one, two = judge(data), judge(sparse)
+    assert set(two) == {"probability", "quality", "score"}, two
+    assert (one["probability"] >= 0.5) == (two["probability"] >= 0.5)
+    assert abs(one["probability"] - two["probability"]) < 0.25, (one, two)
+    for bomb, word in (
+        (flat(6320, 6320, ".jpg", cv2.IMWRITE_JPEG_PROGRESSIVE, 1), "progressive"),
+        (flat(4000, 4000, ".png", cv2.IMWRITE_PNG_COMPRESSION, 9), "pixels per byte"),
+    ):
+        r = face.post("/check_liveness", files=[("image", ("a.jpg", bomb, "image/jpeg"))])
+        assert r.status_code < 500 and r.json()["error_code"] == "FAILED_TO_READ_IMAGE", r.text
+        assert word in r.json()["error"]

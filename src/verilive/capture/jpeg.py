@@ -6,10 +6,11 @@ Reads only the headers before the first scan; never decodes pixels and never rai
 from __future__ import annotations
 
 import re
-import struct
 from dataclasses import dataclass
 
 from PIL import Image
+
+from verilive.face.image import jpeg_segments
 
 __all__ = ["EDITORS", "JpegInfo", "editing_signs", "jpeg_info"]
 
@@ -50,21 +51,9 @@ def jpeg_info(data: bytes) -> JpegInfo:
     """Walk the JPEG segments up to the scan: frame type and what software wrote it. Never raises."""
     if len(data) < 4 or data[:2] != b"\xff\xd8":
         return JpegInfo(False)
-    pos, n = 2, len(data)
     progressive = photoshop = adobe = False
     software: list[str] = []
-    while pos + 4 <= n:
-        if data[pos] != 0xFF:
-            break
-        marker = data[pos + 1]
-        if marker == 0xFF:  # fill byte
-            pos += 1
-            continue
-        if marker in (0xD8, 0x01) or 0xD0 <= marker <= 0xD7:
-            pos += 2
-            continue
-        (length,) = struct.unpack_from(">H", data, pos + 2)
-        body = data[pos + 4 : pos + 2 + length]
+    for marker, body in jpeg_segments(data):
         if marker in (0xC2, 0xC6, 0xCA, 0xCE):
             progressive = True
         elif marker == 0xE1 and body.startswith(b"Exif\x00"):
@@ -79,7 +68,6 @@ def jpeg_info(data: bytes) -> JpegInfo:
             software.append(body[:200].decode("latin-1"))
         elif marker == 0xDA:  # start of scan: no more headers
             break
-        pos += 2 + length
     return JpegInfo(True, progressive, tuple(software), photoshop, adobe)
 
 

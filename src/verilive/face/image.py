@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import io
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import cv2
@@ -18,7 +19,19 @@ from PIL import Image, UnidentifiedImageError
 
 from verilive.errors import VeriliveError
 
-__all__ = ["MAX_JPEG_SCANS", "DecodedImage", "ImageError", "decode_image", "jpeg_scans"]
+__all__ = [
+    "FULL_DECODE_PIXELS",
+    "MAX_JPEG_SCANS",
+    "MAX_PIXELS_PER_BYTE",
+    "MAX_SCAN_PIXELS_PER_BYTE",
+    "SMALL_PIXELS",
+    "DecodedImage",
+    "ImageError",
+    "decode_image",
+    "decode_reduction",
+    "jpeg_scans",
+    "jpeg_segments",
+]
 
 # Formats a camera or browser produces; anything else is refused before decoding.
 FORMATS = frozenset({"JPEG", "PNG", "WEBP", "BMP", "TIFF"})
@@ -27,6 +40,22 @@ FORMATS = frozenset({"JPEG", "PNG", "WEBP", "BMP", "TIFF"})
 # Cameras and browsers write 1 (every JPEG of ../shared/data has 1); libjpeg's progressive script
 # writes 10 for colour and 6 for grey; optimising encoders (mozjpeg) stay under 20.
 MAX_JPEG_SCANS = 32
+# Decoding costs CPU per pixel (5-16 ns a pixel here, by format) while an attacker pays per byte, and
+# a flat picture packs 170 (JPEG) to 20,000 (WebP) pixels into a byte. Above FULL_DECODE_PIXELS (at
+# most ~35 ms to decode in any format) an image gets a budget of MAX_PIXELS_PER_BYTE pixels per byte
+# received: a baseline JPEG over it is decoded at 1/2, 1/4 or 1/8 scale by libjpeg (a picture with
+# that little data has no detail the full size would keep), any other format over it is refused.
+# Camera photos carry 2-5 pixels a byte; the bound keeps the cost per byte within 5x of a phone
+# selfie's (bench/hostile.py, docs/security.md "Hostile input II").
+FULL_DECODE_PIXELS = 2_100_000  # a 1080p frame (1920x1088 in MCUs) always decodes in full
+MAX_PIXELS_PER_BYTE = 10
+# A progressive JPEG keeps every coefficient of the full image and makes one pass per scan, so
+# scaled decoding saves little: pixels x scans must stay within this many per byte received
+# (libjpeg's 10-scan script: at least one byte per 10 pixels, about 0.8 bits a pixel). Only a
+# VGA frame or smaller is exempt (at most ~3 ms to decode).
+MAX_SCAN_PIXELS_PER_BYTE = 100
+SMALL_PIXELS = 640 * 480
+_REDUCED = {2: cv2.IMREAD_REDUCED_COLOR_2, 4: cv2.IMREAD_REDUCED_COLOR_4, 8: cv2.IMREAD_REDUCED_COLOR_8}
 _EXIF_ORIENTATION = 0x0112
 # What undoes each EXIF orientation (1 = upright): a horizontal mirror first (2, 4, 5, 7), then a rotation.
 _ORIENT: dict[int, tuple[int | None, bool]] = {
@@ -49,10 +78,11 @@ class ImageError(VeriliveError):
 
 @dataclass(frozen=True)
 class DecodedImage:
-    bgr: np.ndarray  # (H, W, 3) uint8, upright
+    bgr: np.ndarray  # (H, W, 3) uint8, upright; the image's size divided by ``reduction``
     format: str
-    width: int  # after the EXIF rotation
+    width: int  # of the image as sent, after the EXIF rotation
     height: int
+    reduction: int = 1  # 1, or 2, 4, 8 when a JPEG too sparse for its size was decoded scaled down
 
 
 def decode_image(data: bytes, max_pixels: int = 40_000_000) -> DecodedImage:
@@ -79,45 +109,78 @@ def decode_image(data: bytes, max_pixels: int = 40_000_000) -> DecodedImage:
     if fmt == "JPEG" and not data.rstrip(b"\0").endswith(b"\xff\xd9"):
         # OpenCV would decode the part that arrived and grey-fill the rest.
         raise ImageError("The JPEG image is truncated (no end-of-image marker)")
-    if fmt == "JPEG" and (scans := jpeg_scans(data, MAX_JPEG_SCANS + 1)) > MAX_JPEG_SCANS:
+    scans = jpeg_scans(data, MAX_JPEG_SCANS + 1) if fmt == "JPEG" else 1
+    if scans > MAX_JPEG_SCANS:
         raise ImageError(
             f"The JPEG image has more than {scans - 1} scans; at most {MAX_JPEG_SCANS} are accepted"
         )
-    flags = cv2.IMREAD_UNCHANGED | cv2.IMREAD_IGNORE_ORIENTATION
+    reduction = decode_reduction(fmt, width * height, len(data), scans)
+    flags = (_REDUCED[reduction] if reduction > 1 else cv2.IMREAD_UNCHANGED) | cv2.IMREAD_IGNORE_ORIENTATION
     raw = cv2.imdecode(np.frombuffer(data, np.uint8), flags)
     if raw is None or raw.size == 0:
         raise ImageError("The image could not be decoded: the file is truncated or corrupt")
     bgr = _to_bgr8(raw)
     bgr = _upright(bgr, orientation)
-    h, w = bgr.shape[:2]
-    return DecodedImage(bgr=np.ascontiguousarray(bgr), format=fmt, width=w, height=h)
+    if reduction == 1:
+        height, width = bgr.shape[:2]
+    elif orientation in (5, 6, 7, 8):
+        width, height = height, width
+    return DecodedImage(
+        bgr=np.ascontiguousarray(bgr), format=fmt, width=width, height=height, reduction=reduction
+    )
 
 
-def jpeg_scans(data: bytes, stop_at: int | None = None) -> int:
-    """How many scans (SOS segments) a JPEG has, by walking its segments and skipping each scan's
-    entropy-coded data (where 0xFF is always followed by 0x00 stuffing or a restart marker); stops
-    counting at ``stop_at``. Never decodes and never raises; a broken layout ends the walk."""
-    n, pos, count = len(data), 2, 0
-    while pos + 4 <= n and (stop_at is None or count < stop_at):
+def decode_reduction(fmt: str, pixels: int, size: int, scans: int = 1) -> int:
+    """The scale (1, 2, 4 or 8) at which an image of ``pixels`` sent in ``size`` bytes is decoded;
+    raise :class:`ImageError` when it has too few bytes for its pixels to be decoded at any."""
+    if scans > 1 and pixels > SMALL_PIXELS and pixels * scans > MAX_SCAN_PIXELS_PER_BYTE * size:
+        raise ImageError(
+            f"The progressive JPEG image has {pixels} pixels in {scans} scans but only {size} bytes; "
+            f"at most {MAX_SCAN_PIXELS_PER_BYTE} pixels x scans per byte are accepted above "
+            f"{SMALL_PIXELS} pixels (send a baseline JPEG)"
+        )
+    if pixels <= FULL_DECODE_PIXELS:
+        return 1
+    budget = MAX_PIXELS_PER_BYTE * size
+    for reduction in (1, 2, 4, 8) if fmt == "JPEG" else (1,):
+        if pixels <= budget * reduction * reduction:
+            return reduction
+    raise ImageError(
+        f"The {fmt} image has {pixels} pixels in only {size} bytes; above {FULL_DECODE_PIXELS} pixels, "
+        f"at most {MAX_PIXELS_PER_BYTE} pixels per byte are accepted"
+        + (" (even at 1/8 scale)" if fmt == "JPEG" else " (send a JPEG)")
+    )
+
+
+def jpeg_segments(data: bytes) -> Iterator[tuple[int, bytes]]:
+    """The marker and body of each JPEG segment after SOI, in order, up to the end of the image. A
+    scan (SOS, 0xDA) yields its header, and its entropy-coded data (where 0xFF is always followed by
+    0x00 stuffing or a restart marker) is skipped. Never decodes and never raises; a broken layout
+    ends the walk."""
+    n, pos = len(data), 2
+    if data[:2] != b"\xff\xd8":
+        return
+    while pos + 4 <= n:
         if data[pos] != 0xFF:
-            break
+            return
         marker = data[pos + 1]
         if marker == 0xFF:  # fill byte
             pos += 1
             continue
         if marker == 0xD9:  # end of image
-            break
-        if 0xD0 <= marker <= 0xD7 or marker == 0x01:  # markers without a length
+            return
+        if 0xD0 <= marker <= 0xD8 or marker == 0x01:  # markers without a length
             pos += 2
             continue
-        pos += 2 + int.from_bytes(data[pos + 2 : pos + 4], "big")
+        length = int.from_bytes(data[pos + 2 : pos + 4], "big")
+        yield marker, data[pos + 4 : pos + 2 + length]
+        pos += 2 + length
         if marker != 0xDA:
             continue
-        count += 1
         while True:  # the scan's entropy-coded data, to the next real marker
             j = data.find(b"\xff", pos)
             if j < 0 or j + 1 >= n:
-                return count
+                return
             following = data[j + 1]
             if following == 0x00 or 0xD0 <= following <= 0xD7:
                 pos = j + 2
@@ -125,6 +188,16 @@ def jpeg_scans(data: bytes, stop_at: int | None = None) -> int:
                 pos = j + 1
             else:
                 pos = j
+                break
+
+
+def jpeg_scans(data: bytes, stop_at: int | None = None) -> int:
+    """How many scans (SOS segments) a JPEG has, counted without decoding; stops at ``stop_at``."""
+    count = 0
+    for marker, _ in jpeg_segments(data):
+        if marker == 0xDA:
+            count += 1
+            if stop_at is not None and count >= stop_at:
                 break
     return count
 
