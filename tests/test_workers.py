@@ -132,7 +132,7 @@ def served(tmp_path: Path) -> Iterator[Served]:
         )
     s = Served(proc, port, log)
     try:
-        s.wait_for(lambda t: t.count("Application startup complete") >= 2, "two workers")
+        s.wait_for(lambda t: t.count("serving voice on") >= 2, "two workers")
         yield s
     finally:
         if proc.poll() is None:
@@ -183,7 +183,7 @@ def test_a_killed_worker_is_replaced(served: Served) -> None:
     victim = served.workers()[0]
     os.kill(victim, signal.SIGKILL)
     served.wait_for(lambda t: f"worker {victim} killed by signal 9" in t, "the supervisor to notice")
-    served.wait_for(lambda t: t.count("Application startup complete") >= 3, "the replacement worker")
+    served.wait_for(lambda t: t.count("serving voice on") >= 3, "the replacement worker")
     workers = served.workers()
     assert len(workers) == 2 and victim not in workers
     for _ in range(4):  # both workers answer; any of them may take each connection

@@ -278,7 +278,13 @@ class Settings(BaseSettings):
 
     # --- logging ---
     log_level: Literal["DEBUG", "INFO", "WARNING", "ERROR"] = "INFO"
-    log_json: bool = Field(True, description="Structured JSON log lines (false: plain text).")
+    log_json: bool | None = Field(
+        None,
+        description=(
+            "One JSON object per log line (true) or aligned plain text (false); unset: plain text "
+            "when stderr is a terminal, JSON otherwise."
+        ),
+    )
 
     @model_validator(mode="after")
     def _unique_api_keys(self) -> Settings:

@@ -48,7 +48,8 @@ class JsonFormatter(logging.Formatter):
 # is doubled so that an escape in the output always means a control character in the input.
 _CONTROL = re.compile(r"[\\\x00-\x1f\x7f-\x9f\u2028\u2029]")
 _NAMED = {"\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t"}
-TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
+# Aligned columns for a person at a terminal: time, level, logger, message.
+TEXT_FORMAT = "%(asctime)s %(levelname)-7s %(name)-24s %(message)s"
 
 
 def escape_controls(text: str) -> str:
@@ -91,9 +92,36 @@ class TextFormatter(logging.Formatter):
         return head + "".join(f"\n  | {line}" for line in lines)
 
 
-def configure_logging(level: str = "INFO", json_lines: bool = True) -> None:
+# uvicorn's life-cycle lines, written once per server: `serve all` runs three servers in one
+# process, so a person saw each three times. The runner writes one line per process instead.
+_UVICORN_CHATTER = (
+    "Started server process",
+    "Waiting for application startup",
+    "Application startup complete",
+    "Uvicorn running on",
+    "Waiting for application shutdown",
+    "Application shutdown complete",
+    "Finished server process",
+    "Shutting down",
+)
+
+
+def _not_uvicorn_chatter(record: logging.LogRecord) -> bool:
+    return not (record.levelno <= logging.INFO and str(record.msg).startswith(_UVICORN_CHATTER))
+
+
+def json_lines_wanted(json_lines: bool | None, stream: object = None) -> bool:
+    """JSON when asked, plain text when asked; unset: text on a terminal, JSON otherwise
+    (containers, files, log collectors)."""
+    if json_lines is not None:
+        return json_lines
+    isatty = getattr(stream if stream is not None else sys.stderr, "isatty", None)
+    return not (callable(isatty) and isatty())
+
+
+def configure_logging(level: str = "INFO", json_lines: bool | None = None) -> None:
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JsonFormatter() if json_lines else TextFormatter(TEXT_FORMAT))
+    handler.setFormatter(JsonFormatter() if json_lines_wanted(json_lines) else TextFormatter(TEXT_FORMAT))
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
@@ -103,3 +131,4 @@ def configure_logging(level: str = "INFO", json_lines: bool = True) -> None:
         lg = logging.getLogger(name)
         lg.handlers[:] = []
         lg.propagate = True
+        lg.filters[:] = [_not_uvicorn_chatter]

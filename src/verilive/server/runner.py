@@ -121,11 +121,28 @@ async def serve_apps(
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, stop)
-    await asyncio.gather(
-        *(s.serve(sockets=[sockets[i]] if sockets is not None else None) for i, s in enumerate(servers))
-    )
+    announce = asyncio.create_task(_announce(servers, apps, options.root_path))
+    try:
+        await asyncio.gather(
+            *(s.serve(sockets=[sockets[i]] if sockets is not None else None) for i, s in enumerate(servers))
+        )
+    finally:
+        announce.cancel()
     if not all(s.started for s in servers):
         raise RuntimeError("a service failed to start (is its port already in use?)")
+
+
+async def _announce(servers: list[_Server], apps: list[tuple[FastAPI, str, int]], root_path: str) -> None:
+    """One line when every server of this process listens (uvicorn's own lines are filtered out)."""
+    while not all(s.started for s in servers):
+        if any(s.should_exit for s in servers):
+            return
+        await asyncio.sleep(0.05)
+    where = ", ".join(
+        f"{app.title.removeprefix('verilive ').split()[0]} on http://{host}:{port}{root_path}"
+        for app, host, port in apps
+    )
+    log.info("serving %s (pid %d)", where, os.getpid())
 
 
 def _loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
