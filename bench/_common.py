@@ -14,8 +14,9 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import httpx
+from common.repo import shared_root
 
-SHARED = Path(__file__).resolve().parents[2] / "shared"
+SHARED = shared_root()
 
 
 def free_port() -> int:

@@ -9,15 +9,20 @@ from collections.abc import Sequence
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-DEFAULT_DATA_ROOT = REPO.parent / "shared" / "data"
+# The one setting for where the development material lives: the folder that holds data/, models/,
+# spec/ and the generators (../shared beside the checkout, as CI has it).
+SHARED_ENV = "VERILIVE_SHARED_DIR"
+
+
+def shared_root() -> Path:
+    """The shared folder: $VERILIVE_SHARED_DIR, else ../shared beside the repository."""
+    env = os.environ.get(SHARED_ENV)
+    return Path(env) if env else REPO.parent / "shared"
 
 
 def data_root(explicit: str | os.PathLike[str] | None = None) -> Path:
-    """The shared data folder: ``explicit``, else $VERILIVE_DATA_DIR, else ../shared/data."""
-    if explicit is not None:
-        return Path(explicit)
-    env = os.environ.get("VERILIVE_DATA_DIR")
-    return Path(env) if env else DEFAULT_DATA_ROOT
+    """The shared data folder: ``explicit``, else ``shared_root() / "data"``."""
+    return Path(explicit) if explicit is not None else shared_root() / "data"
 
 
 def replace_section(path: Path, name: str, body: str, title: str | None = None) -> None:

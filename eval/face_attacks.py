@@ -5,7 +5,7 @@
     python -m eval.face_attacks --no-docs       # prints only
     python -m eval.face_attacks --save-dir DIR  # also writes every evaluated image to DIR
 
-Data (``../shared/data/face``, or $VERILIVE_DATA_DIR/face):
+Data (``../shared/data/face``, or $VERILIVE_SHARED_DIR/data/face):
 
 * **real pad set**: pad_silentface image_T*.jpg (bona fide) and image_F*.jpg (real attacks);
 * **bona fide originals**: image_T*, every single-face photo of real_faces_misc (32bit.png is
@@ -449,7 +449,7 @@ def report(samples: list[Sample], notes: list[str], validation: str, args: argpa
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    p.add_argument("--data", help="shared data folder (default: $VERILIVE_DATA_DIR or ../shared/data)")
+    p.add_argument("--data", help="shared data folder (default: $VERILIVE_SHARED_DIR/data, else ../shared/data)")
     p.add_argument("--per-source", type=int, default=3, help="attacks of each kind per bona fide original")
     p.add_argument("--augment", type=int, default=4, help="camera augmentations per bona fide original")
     p.add_argument("--seed", type=int, default=2026)

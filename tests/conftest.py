@@ -12,12 +12,13 @@ import tempfile
 from pathlib import Path
 
 import pytest
+from common.repo import shared_root
 
 from verilive.config import Settings
 from verilive.models.store import ModelStore
 from verilive.server.app import DEFINITIONS
 
-SHARED = Path(__file__).resolve().parents[2] / "shared"
+SHARED = shared_root()
 
 # A capture app without keys on loopback makes a local evaluation key (verilive.capture.evalkey):
 # in tests it goes to a temporary folder, never the user's data directory (inherited by the
@@ -40,7 +41,7 @@ def models_settings() -> Settings:
 
 @pytest.fixture(scope="session")
 def shared_dir() -> Path:
-    path = Path(os.environ.get("VERILIVE_SHARED_DIR", SHARED))
+    path = SHARED
     if not path.is_dir():
         pytest.fail(f"development data folder {path} is missing (set VERILIVE_SHARED_DIR)")
     return path

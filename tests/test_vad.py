@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 import soundfile as sf
+from common.repo import shared_root
 
 from verilive.audio import resample
 from verilive.config import Settings
@@ -33,7 +34,7 @@ from verilive.voice.vad import (
     segments_to_mask,
 )
 
-SHARED = Path(__file__).resolve().parents[2] / "shared"
+SHARED = shared_root()
 VOICE = SHARED / "data" / "voice"
 LIBRI = VOICE / "librispeech_251spk_gender"
 SB_VAD = VOICE / "speechbrain_samples" / "vad"

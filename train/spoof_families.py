@@ -31,12 +31,12 @@ from typing import Any
 import numpy as np
 import soundfile as sf
 import soxr
+from common.repo import shared_root
 
 from verilive.voice.whisper import mel_filters
 
 SR = 16000
-GENERATORS = Path(os.environ.get("VERILIVE_SHARED_DIR", Path(__file__).resolve().parents[2] / "shared"))
-GENERATORS = GENERATORS / "models" / "generators"
+GENERATORS = shared_root() / "models" / "generators"
 LYRA_FRAME = 320  # 20 ms at 16 kHz
 LYRA_KBPS = (3.2, 6.0, 9.2)
 FLITE_VOICES = ("slt", "rms", "awb", "kal16")
