@@ -251,7 +251,7 @@ def plot(shipped: T.ChannelResult, rule: T.Rule, held: Sequence[Result], path: P
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--data", help="shared data folder (default $VERILIVE_SHARED_DIR/data, else ../shared/data)")
+    ap.add_argument("--data", help="shared data folder (default: $VERILIVE_SHARED_DIR/data)")
     ap.add_argument("--no-docs", action="store_true", help="write neither the plot nor the card section")
     args = ap.parse_args(argv)
     root = data_root(args.data)

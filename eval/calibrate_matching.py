@@ -317,7 +317,7 @@ def docs_markdown(
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description="Fit the match-score calibration (see module docstring).")
-    p.add_argument("--data", help="shared data folder (default: $VERILIVE_SHARED_DIR/data, else ../shared/data)")
+    p.add_argument("--data", help="shared data folder (default: $VERILIVE_SHARED_DIR/data)")
     p.add_argument("--cache-dir", default=str(DEFAULT_CACHE), help="template cache folder")
     p.add_argument("--no-write", action="store_true", help="print only: write no json, png or docs")
     args = p.parse_args(argv)

@@ -449,7 +449,7 @@ def report(samples: list[Sample], notes: list[str], validation: str, args: argpa
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    p.add_argument("--data", help="shared data folder (default: $VERILIVE_SHARED_DIR/data, else ../shared/data)")
+    p.add_argument("--data", help="shared data folder (default: $VERILIVE_SHARED_DIR/data)")
     p.add_argument("--per-source", type=int, default=3, help="attacks of each kind per bona fide original")
     p.add_argument("--augment", type=int, default=4, help="camera augmentations per bona fide original")
     p.add_argument("--seed", type=int, default=2026)

@@ -257,7 +257,7 @@ def markdown(trials: list[Trial]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    p.add_argument("--data", help="shared data folder (default: $VERILIVE_SHARED_DIR/data, else ../shared/data)")
+    p.add_argument("--data", help="shared data folder (default: $VERILIVE_SHARED_DIR/data)")
     p.add_argument("--tsv", help="write the trial list to this TSV file")
     p.add_argument(
         "--write-docs", action="store_true", help="refresh the trial section of docs/verification.md"

@@ -504,7 +504,7 @@ def run_system(
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description="Score the dev verification trials (see module docstring).")
     p.add_argument("--systems", default=",".join(all_systems()), help="comma-separated system names")
-    p.add_argument("--data", help="shared data folder (default: $VERILIVE_SHARED_DIR/data, else ../shared/data)")
+    p.add_argument("--data", help="shared data folder (default: $VERILIVE_SHARED_DIR/data)")
     p.add_argument("--cache-dir", default=str(DEFAULT_CACHE), help="embedding cache folder")
     p.add_argument("--no-cache", action="store_true", help="compute everything afresh, write no cache")
     p.add_argument("--no-docs", action="store_true", help="do not write docs/verification.md nor the DET png")
