@@ -30,7 +30,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--repeats", type=int, default=10)
     args = ap.parse_args()
-    anti = AntiSpoof(vad=SileroVad(ModelRegistry(Settings(), ids=[MODEL_ID]).session(MODEL_ID)))
+    registry = ModelRegistry(Settings(), ids=[MODEL_ID])
+    anti = AntiSpoof(registry=registry, vad=SileroVad(registry.session(MODEL_ID)))
     speech = ten_seconds()
     for seconds in (5, 10, 30):
         x = np.tile(speech, 3)[: seconds * 16000]

@@ -17,7 +17,7 @@ import uvicorn
 from fastapi import FastAPI
 from tests.test_capture_browser import free_port, make_driver, run_js, vector2_inputs
 
-from verilive.capture.sdk_routes import build_sdk_router
+from verilive.capture.sdk_routes import router as sdk_router
 
 TIMING_JS = """
 const inp = JSON.parse(args[0]);
@@ -40,7 +40,7 @@ def main() -> None:
     args = ap.parse_args()
 
     app = FastAPI()
-    app.include_router(build_sdk_router())
+    app.include_router(sdk_router)
     port = free_port()
     server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
     thread = threading.Thread(target=server.run, daemon=True)

@@ -69,7 +69,7 @@ def vad() -> SileroVad:
 
 @pytest.fixture(scope="module")
 def anti(vad: SileroVad) -> AntiSpoof:
-    return AntiSpoof(vad=vad)
+    return AntiSpoof(registry=ModelRegistry(Settings()), vad=vad)
 
 
 @pytest.fixture(scope="module")
@@ -132,7 +132,7 @@ def test_model_for_another_front_input_is_refused(tmp_path: Path) -> None:
         path = tmp_path / f"{key}.onnx"
         onnx.save(model, str(path))
         with pytest.raises(ValueError, match=message):
-            AntiSpoof(path)
+            AntiSpoof(path, registry=ModelRegistry(Settings()))
 
 
 def test_fcm_input_is_trimmed_and_bounded() -> None:
@@ -622,7 +622,7 @@ def test_unsuitable_inputs(anti: AntiSpoof, shared_dir: Path, held_out: list[str
 
 @pytest.mark.slow
 def test_without_vad_energy_rule(shared_dir: Path, held_out: list[str]) -> None:
-    plain = AntiSpoof()
+    plain = AntiSpoof(registry=ModelRegistry(Settings()))
     x, sr = _bona_fide(shared_dir, held_out)[0]
     assert plain.evaluate(audio(x, sr)).score is not None
     assert "No speech" in _unsuitable(plain.evaluate(audio(np.zeros(2 * sr, np.float32), sr)))
@@ -632,7 +632,7 @@ def test_without_vad_energy_rule(shared_dir: Path, held_out: list[str]) -> None:
 @pytest.mark.slow
 def test_from_engine_shares_the_vad_and_campplus(vad: SileroVad, anti: AntiSpoof) -> None:
     engine = SimpleNamespace(vad=vad, embedder=anti.embedder)
-    a = AntiSpoof.from_engine(cast(Any, engine))
+    a = AntiSpoof.from_engine(cast(Any, engine), anti.registry)
     assert a.vad is vad and a.embedder is anti.embedder
 
 

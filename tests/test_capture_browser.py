@@ -38,7 +38,8 @@ from fastapi.testclient import TestClient
 
 from tests.servers import missing_message
 from verilive.capture.bundle import KeyRing, encode_payload, generate_key, public_key_b64, seal
-from verilive.capture.sdk_routes import STATIC_DIR, build_sdk_router
+from verilive.capture.sdk_routes import STATIC_DIR
+from verilive.capture.sdk_routes import router as sdk_router
 from verilive.config import Settings
 from verilive.server.app import create_service_app
 from verilive.server.errors import install_error_handlers
@@ -419,7 +420,7 @@ def test_public_key_route_without_a_key_is_a_clear_503() -> None:
     settings = Settings(capture_private_keys=[], capture_eval_key="off")
     app.state.ctx = SimpleNamespace(settings=settings, engine=lambda name, build: build())
     install_error_handlers(app)
-    app.include_router(build_sdk_router())
+    app.include_router(sdk_router)
     with TestClient(app) as c:
         r = c.get("/sdk/public_key")
     assert r.status_code == 503

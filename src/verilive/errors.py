@@ -30,10 +30,6 @@ class InvalidParameter(InvalidInput):
     code = "INVALID_PARAMETER"
 
 
-class MissingPart(InvalidInput):
-    code = "MISSING_PART"
-
-
 class UnsupportedMediaType(InvalidInput):
     code = "UNSUPPORTED_MEDIA_TYPE"
     status = 415
@@ -43,13 +39,17 @@ class AudioDecodeError(InvalidInput):
     code = "INVALID_AUDIO"
 
 
-class ImageDecodeError(InvalidInput):
-    code = "INVALID_IMAGE"
-
-
 class PayloadTooLarge(VeriliveError):
     code = "PAYLOAD_TOO_LARGE"
     status = 413
+
+
+class Misconfigured(VeriliveError):
+    """The server's own configuration is wrong (a key, a template in the settings): no client can
+    act on it, an operator can."""
+
+    code = "MISCONFIGURED"
+    status = 503
 
 
 class ModelError(VeriliveError):

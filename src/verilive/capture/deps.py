@@ -13,7 +13,7 @@ from verilive.capture.metrics import CaptureMetrics
 from verilive.capture.replay import open_replay_store
 from verilive.capture.sdk_allowlist import build_allowlist
 from verilive.capture.service import CaptureService
-from verilive.errors import VeriliveError
+from verilive.errors import Misconfigured
 from verilive.face.deps import face_engine
 from verilive.server.bi import bi_store
 from verilive.server.context import ServiceContext
@@ -40,10 +40,9 @@ def key_ring(ctx: ServiceContext) -> KeyRing:
             ring = KeyRing.from_entries(key_entries(ctx).entries)
         except ValueError as exc:
             log.error("capture keys cannot be loaded: %s", exc)
-            raise VeriliveError(
+            raise Misconfigured(
                 "The capture service's private keys cannot be loaded; see the server log",
                 code="CAPTURE_KEYS_INVALID",
-                status=503,
             ) from None
         if not ring.key_ids:
             log.warning("capture: %s", key_entries(ctx).problem)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from verilive.errors import VeriliveError
+from verilive.errors import PayloadTooLarge, VeriliveError
 from verilive.face.detector import FaceDetector
 from verilive.face.image import decode_image
 
@@ -25,7 +25,6 @@ MAX_FACES = 3
 
 
 class PlacementError(VeriliveError):
-    status = 400
     code = "FAILED_TO_READ_IMAGE"
 
 
@@ -43,11 +42,9 @@ class FoundFace:
 def locate_faces(detector: FaceDetector, data: bytes) -> tuple[int, int, list[FoundFace]]:
     """``(width, height, faces)`` of one small frame, largest face first, at most MAX_FACES."""
     if len(data) > MAX_BYTES:
-        raise VeriliveError(
+        raise PayloadTooLarge(
             f"A placement frame is at most {MAX_BYTES // 1024} KiB; this one is {len(data)} bytes. "
-            f"Send a preview-sized JPEG (at most {MAX_SIDE} px a side).",
-            code="PAYLOAD_TOO_LARGE",
-            status=413,
+            f"Send a preview-sized JPEG (at most {MAX_SIDE} px a side)."
         )
     image = decode_image(data, max_pixels=MAX_SIDE * MAX_SIDE)
     w, h = image.width, image.height

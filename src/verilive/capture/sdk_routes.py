@@ -31,7 +31,6 @@ from verilive.capture.bundle import KeyRing, public_key_b64
 from verilive.capture.deps import capture_engine, capture_service, key_entries
 from verilive.capture.engine import CaptureValidationError
 from verilive.capture.placement import MAX_BYTES as PLACEMENT_MAX_BYTES
-from verilive.capture.requests import read_bundle_body
 from verilive.capture.schemas import (
     DemoAnswer,
     DemoVerdict,
@@ -40,7 +39,8 @@ from verilive.capture.schemas import (
     SdkManifest,
     SdkPublicKey,
 )
-from verilive.errors import VeriliveError
+from verilive.capture.service import unreadable_bundle
+from verilive.errors import Misconfigured, VeriliveError
 from verilive.server.context import ServiceContext, get_context
 from verilive.server.uploads import read_raw_body
 
@@ -48,9 +48,9 @@ __all__ = [
     "SDK_FILE",
     "STATIC_DIR",
     "SdkFile",
-    "build_sdk_router",
     "client_answer",
     "current_public_key",
+    "router",
     "sdk_file",
 ]
 
@@ -95,10 +95,9 @@ def current_public_key(entries: list[str]) -> SdkPublicKey:
     is the newest by convention.
     """
     if not entries:
-        raise VeriliveError(
+        raise Misconfigured(
             "No capture key is configured (VERILIVE_CAPTURE_PRIVATE_KEYS); the operator's fix is in /health",
             code="NO_CAPTURE_KEY",
-            status=503,
         )
     entry = entries[0]
     key_id = KeyRing.from_entries([entry]).key_ids[0]  # parses "<key id>=<path>" as decryption does
@@ -126,54 +125,59 @@ def _static(name: str, media_type: str) -> Response:
     )
 
 
-def build_sdk_router() -> APIRouter:
-    router = APIRouter(include_in_schema=False)
+router = APIRouter(include_in_schema=False)
 
-    @router.get("/sdk/verilive-capture.js")
-    async def sdk_js(request: Request) -> Response:
-        sdk = sdk_file()
-        etag = f'"{sdk.sha256}"'
-        # no-cache means "revalidate": the SDK fetches itself to hash its own code, and the ETag lets
-        # that second request be answered from the browser cache with the same bytes.
-        headers = {"ETag": etag, "Cache-Control": "no-cache", "X-Content-Type-Options": "nosniff"}
-        if request.headers.get("if-none-match") == etag:
-            return Response(status_code=304, headers=headers)
-        return Response(sdk.data, media_type="text/javascript; charset=utf-8", headers=headers)
 
-    @router.get("/sdk/manifest.json", response_model=SdkManifest)
-    async def sdk_manifest(response: Response) -> SdkManifest:
-        response.headers["Cache-Control"] = "no-cache"
-        return sdk_file().manifest()
+@router.get("/sdk/verilive-capture.js")
+async def sdk_js(request: Request) -> Response:
+    sdk = sdk_file()
+    etag = f'"{sdk.sha256}"'
+    # no-cache means "revalidate": the SDK fetches itself to hash its own code, and the ETag lets
+    # that second request be answered from the browser cache with the same bytes.
+    headers = {"ETag": etag, "Cache-Control": "no-cache", "X-Content-Type-Options": "nosniff"}
+    if request.headers.get("if-none-match") == etag:
+        return Response(status_code=304, headers=headers)
+    return Response(sdk.data, media_type="text/javascript; charset=utf-8", headers=headers)
 
-    @router.get("/sdk/public_key", response_model=SdkPublicKey)
-    async def sdk_public_key(ctx: Ctx, response: Response) -> SdkPublicKey:
-        response.headers["Cache-Control"] = "no-cache"
-        return current_public_key(list(key_entries(ctx).entries))
 
-    @router.get("/sdk/messages.json")
-    async def sdk_messages() -> Response:
-        return _static("messages.json", "application/json")
+@router.get("/sdk/manifest.json", response_model=SdkManifest)
+async def sdk_manifest(response: Response) -> SdkManifest:
+    response.headers["Cache-Control"] = "no-cache"
+    return sdk_file().manifest()
 
-    @router.post("/sdk/placement", response_model=PlacementAnswer)
-    async def sdk_placement(ctx: Ctx, request: Request, response: Response) -> PlacementAnswer:
-        response.headers["Cache-Control"] = "no-store"
-        data = await read_raw_body(request, "placement frame", max_bytes=PLACEMENT_MAX_BYTES)
-        width, height, faces = await run_in_threadpool(capture_engine(ctx).placement, data)
-        return PlacementAnswer(
-            width=width,
-            height=height,
-            faces=[PlacementFace(box=list(f.box), score=f.score, yaw=f.yaw, pitch=f.pitch) for f in faces],
-        )
 
-    @router.get("/demo")
-    async def demo() -> Response:
-        return _static("demo.html", "text/html; charset=utf-8")
+@router.get("/sdk/public_key", response_model=SdkPublicKey)
+async def sdk_public_key(ctx: Ctx, response: Response) -> SdkPublicKey:
+    response.headers["Cache-Control"] = "no-cache"
+    return current_public_key(list(key_entries(ctx).entries))
 
-    @router.post("/demo/check_capture_liveness", response_model=DemoAnswer)
-    async def demo_check(ctx: Ctx, request: Request) -> DemoAnswer:
-        outcome = await run_in_threadpool(capture_service(ctx).decide, await read_bundle_body(request))
-        if isinstance(outcome, CaptureValidationError):
-            raise VeriliveError(outcome.message, code=outcome.code)
-        return client_answer(outcome.probability)
 
-    return router
+@router.get("/sdk/messages.json")
+async def sdk_messages() -> Response:
+    return _static("messages.json", "application/json")
+
+
+@router.post("/sdk/placement", response_model=PlacementAnswer)
+async def sdk_placement(ctx: Ctx, request: Request, response: Response) -> PlacementAnswer:
+    response.headers["Cache-Control"] = "no-store"
+    data = await read_raw_body(request, "placement frame", max_bytes=PLACEMENT_MAX_BYTES)
+    width, height, faces = await run_in_threadpool(capture_engine(ctx).placement, data)
+    return PlacementAnswer(
+        width=width,
+        height=height,
+        faces=[PlacementFace(box=list(f.box), score=f.score, yaw=f.yaw, pitch=f.pitch) for f in faces],
+    )
+
+
+@router.get("/demo")
+async def demo() -> Response:
+    return _static("demo.html", "text/html; charset=utf-8")
+
+
+@router.post("/demo/check_capture_liveness", response_model=DemoAnswer)
+async def demo_check(ctx: Ctx, request: Request) -> DemoAnswer:
+    blob = await read_raw_body(request, "bundle", empty=unreadable_bundle)
+    outcome = await run_in_threadpool(capture_service(ctx).decide, blob)
+    if isinstance(outcome, CaptureValidationError):
+        raise VeriliveError(outcome.message, code=outcome.code)
+    return client_answer(outcome.probability)

@@ -13,6 +13,7 @@ import datetime as dt
 import logging
 import time
 from collections.abc import Callable
+from typing import Any
 
 from verilive.capture.bundle import Bundle, BundleError, KeyRing
 from verilive.capture.engine import (
@@ -35,6 +36,7 @@ __all__ = [
     "PARSE_FAILED",
     "CaptureService",
     "capture_error_code",
+    "unreadable_bundle",
 ]
 
 log = logging.getLogger("verilive.capture")
@@ -51,6 +53,11 @@ ENDPOINT = "check_capture_liveness"
 # Server configuration errors (503): no client can act on them, an operator can, so they keep their
 # own codes instead of the spec's UNKNOWN (docs/capture.md).
 CONFIGURATION_CODES = frozenset({"NO_CAPTURE_KEY", "CAPTURE_KEYS_INVALID"})
+
+
+def unreadable_bundle() -> VeriliveError:
+    """The error for a body that is not a bundle at all (an empty one): 'Failed to parse file'."""
+    return VeriliveError(PARSE_FAILED, code="UNKNOWN")
 
 
 def capture_error_code(code: str | None) -> str:
@@ -73,6 +80,10 @@ class CaptureService:
         self.engine = engine
         self.metrics = metrics
         self.bi = bi
+
+    def close(self) -> None:
+        """Nothing of its own to release: closable so that the app drops it with the engine it
+        holds (``ServiceContext.close``) and builds both again if it starts again."""
 
     def open(self, blob: bytes, *, extract: bool = False) -> Bundle:
         """Decrypt; BundleError becomes the spec's 400. The extract endpoints list only two messages,
@@ -109,6 +120,10 @@ class CaptureService:
             log.info("capture rejected: %s", summarise(decision.findings))
         self.record(bundle, decision, None, 1000.0 * (time.perf_counter() - t0))
         return decision
+
+    def bi_records(self, date_from: dt.date | None, date_to: dt.date | None) -> list[dict[str, Any]]:
+        """This service's BI records (one store may serve the face and capture services)."""
+        return self.bi().records(date_from, date_to, None, (ENDPOINT,))
 
     def record(
         self,

@@ -1,15 +1,14 @@
 """HTTP routes of the face liveness service (face-liveness.md).
 
-Thin: read the parts and parameters, call :class:`verilive.face.engine.FaceEngine`, write one BI
-record and the decision metrics per decision, shape the answer. check_liveness and
+Thin: read the parts and parameters, call one method of :class:`verilive.face.service.FaceService`
+(built in ``verilive.face.deps``; it judges, writes the BI records and counts the metrics), shape the
+answer. check_liveness and
 check_liveness_batch always answer 200 (errors in the body); check_image answers 400 for malformed
 ``data`` (docs/face.md).
 """
 
 from __future__ import annotations
 
-import datetime as dt
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
@@ -21,7 +20,7 @@ from starlette.datastructures import UploadFile as StarletteUpload
 
 import verilive
 from verilive.errors import InvalidInput, InvalidParameter
-from verilive.face.deps import face_engine, face_metrics
+from verilive.face.deps import face_service
 from verilive.face.engine import ErrorCode, ImageResult
 from verilive.face.meta import Meta, MetaError, parse_meta
 from verilive.face.pipelines import DEFAULT_PIPELINE, PIPELINES, Calibration, Domain
@@ -35,7 +34,7 @@ from verilive.face.schemas import (
     PipelineResult,
     RequestError,
 )
-from verilive.server.bi import BiRecord, bi_store, parse_date
+from verilive.server.bi import parse_date
 from verilive.server.context import ServiceContext, get_context
 from verilive.server.uploads import require_multipart
 
@@ -68,9 +67,6 @@ IMAGES_BODY: dict[str, Any] = {
     }
 }
 
-
-# The face service's BI endpoints show its own decisions (the store may be shared with capture).
-FACE_ENDPOINTS = ("check_liveness", "check_liveness_batch", "check_image")
 # Parts parsed at most; more than the image limit is refused after parsing, with a clear message.
 MAX_PARTS = 1000
 
@@ -119,40 +115,6 @@ async def image_parts(request: Request, limit: int) -> list[tuple[str, bytes]]:
     return out
 
 
-def record(
-    ctx: ServiceContext,
-    endpoint: str,
-    pipeline: str,
-    calibration: str,
-    platform: str,
-    results: Sequence[ImageResult],
-) -> None:
-    """One BI record and one decision count per result. Never the image, nothing personal."""
-    now = dt.datetime.now(dt.UTC)
-    metrics = face_metrics(ctx)
-    rows = []
-    for r in results:
-        metrics.observe(pipeline, r.probability, r.error_code, r.latency_ms / 1000.0)
-        rows.append(
-            BiRecord(
-                time=now,
-                endpoint=endpoint,
-                pipeline=pipeline,
-                calibration=calibration,
-                platform=platform,
-                probability=r.probability,
-                quality=r.quality,
-                score=r.score,
-                error_code=r.error_code,
-                image_width=r.width,
-                image_height=r.height,
-                latency_ms=r.latency_ms,
-                motion3d=r.motion3d,
-            )
-        )
-    bi_store(ctx).add_many(rows)
-
-
 def values_of(r: ImageResult) -> dict[str, Any]:
     """Success: probability, quality, score. Rejection: error and error_code, nothing else."""
     if r.ok:
@@ -196,13 +158,8 @@ async def check_liveness(
         parts = await image_parts(request, ctx.settings.face_max_images)
     except RequestFailure as exc:
         return LivenessResult(**failure(exc).model_dump())
-    engine = face_engine(ctx)
     images = [data for _, data in parts]
-    if len(images) == 1:
-        result = await run_in_threadpool(engine.check, images[0], name)
-    else:
-        result = await run_in_threadpool(engine.check_series, images, name)
-    await run_in_threadpool(record, ctx, "check_liveness", name, Calibration.REGULAR, platform, [result])
+    result = await run_in_threadpool(face_service(ctx).check_liveness, images, name, platform)
     return LivenessResult(**values_of(result))
 
 
@@ -220,12 +177,13 @@ async def check_image(
 ) -> CheckImageResponse:
     request = parse_check_image_data(data)
     content = await image.read()
-    engine = face_engine(ctx)
-    results: list[PipelineResult] = []
-    for name, calibration in request.pipelines:
-        r = await run_in_threadpool(engine.check, content, name, calibration, request.domain)
-        await run_in_threadpool(record, ctx, "check_image", name, calibration, "UNKNOWN", [r])
-        results.append(PipelineResult(pipeline=name, calibration=calibration.value, **values_of(r)))
+    answers = await run_in_threadpool(
+        face_service(ctx).check_image, content, request.pipelines, request.domain
+    )
+    results = [
+        PipelineResult(pipeline=name, calibration=calibration.value, **values_of(r))
+        for (name, calibration), r in zip(request.pipelines, answers, strict=True)
+    ]
     return CheckImageResponse(
         serverVersion=verilive.__version__,
         licenseExpirationDate=ctx.license_expiration_date.isoformat(),
@@ -291,9 +249,9 @@ async def check_liveness_batch(
         parts = await image_parts(request, ctx.settings.face_max_images)
     except RequestFailure as exc:
         return failure(exc)
-    engine = face_engine(ctx)
-    results = await run_in_threadpool(engine.check_images, [d for _, d in parts], name)
-    await run_in_threadpool(record, ctx, "check_liveness_batch", name, Calibration.REGULAR, platform, results)
+    results = await run_in_threadpool(
+        face_service(ctx).check_liveness_batch, [d for _, d in parts], name, platform
+    )
     return [
         BatchLivenessResult(file_name=file_name, **values_of(r))
         for (file_name, _), r in zip(parts, results, strict=True)
@@ -303,10 +261,10 @@ async def check_liveness_batch(
 @router.get("/bi_report", response_model=dict[str, int], tags=["bi"])
 async def bi_report(ctx: Ctx, date_from: DateQ = None, date_to: DateQ = None) -> dict[str, int]:
     d0, d1 = parse_date(date_from, "date_from"), parse_date(date_to, "date_to")
-    return await run_in_threadpool(bi_store(ctx).report, d0, d1, FACE_ENDPOINTS)
+    return await run_in_threadpool(face_service(ctx).bi_report, d0, d1)
 
 
 @router.get("/bi_records", response_model=list[dict[str, Any]], tags=["bi"])
 async def bi_records(ctx: Ctx, date_from: DateQ = None, date_to: DateQ = None) -> list[dict[str, Any]]:
     d0, d1 = parse_date(date_from, "date_from"), parse_date(date_to, "date_to")
-    return await run_in_threadpool(bi_store(ctx).records, d0, d1, None, FACE_ENDPOINTS)
+    return await run_in_threadpool(face_service(ctx).bi_records, d0, d1)

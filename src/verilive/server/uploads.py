@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from fastapi import Request, UploadFile
 
-from verilive.errors import InvalidInput, PayloadTooLarge, UnsupportedMediaType
+from verilive.errors import InvalidInput, PayloadTooLarge, UnsupportedMediaType, VeriliveError
 
 OCTET_STREAM_BODY: dict[str, Any] = {
     "requestBody": {
@@ -22,10 +23,17 @@ def media_type(request: Request) -> str:
     return request.headers.get("content-type", "").split(";", 1)[0].strip().lower()
 
 
-async def read_raw_body(request: Request, what: str = "request body", max_bytes: int | None = None) -> bytes:
+async def read_raw_body(
+    request: Request,
+    what: str = "request body",
+    max_bytes: int | None = None,
+    *,
+    empty: Callable[[], VeriliveError] | None = None,
+) -> bytes:
     """A raw binary body. Content types that clearly mean something else are refused. With
     ``max_bytes``, a larger body is a 413 from its Content-Length, or as soon as the stream passes the
-    limit: never read whole first (the service-wide limit is far larger)."""
+    limit: never read whole first (the service-wide limit is far larger). An empty body raises
+    ``empty()`` when given (a service's own error for it), else EMPTY_BODY."""
     mt = media_type(request)
     if mt and any(mt.startswith(p) for p in _NOT_RAW):
         raise UnsupportedMediaType(
@@ -46,7 +54,7 @@ async def read_raw_body(request: Request, what: str = "request body", max_bytes:
             chunks.append(chunk)
         body = b"".join(chunks)
     if not body:
-        raise InvalidInput(f"The {what} is empty", code="EMPTY_BODY")
+        raise empty() if empty is not None else InvalidInput(f"The {what} is empty", code="EMPTY_BODY")
     return body
 
 

@@ -220,16 +220,21 @@ class SpoofScores:
 
 
 class AntiSpoof:
-    """Anti-spoofing engine. Thread-safe: no per-call state on ``self``."""
+    """Anti-spoofing engine. Thread-safe: no per-call state on ``self``.
+
+    ``registry`` (the app's model store, composed in ``voice/deps.py``) gives the CAM++ model and the
+    Whisper encoder the metadata names, when ``embedder`` and ``whisper`` are not given; without
+    ``vad`` the speech-length check uses an energy rule."""
 
     def __init__(
         self,
         params_path: str | Path | None = None,
+        *,
+        registry: ModelRegistry,
         vad: SileroVad | None = None,
         intra_op_threads: int = 0,
         embedder: CamPlusPlus | None = None,
         whisper: WhisperEncoder | None = None,
-        registry: ModelRegistry | None = None,
     ) -> None:
         source = Path(params_path) if params_path is not None else packaged_path(PACKAGED_ID)
         data = source.read_bytes()
@@ -255,39 +260,35 @@ class AntiSpoof:
         self.vad = vad
         self._embedder = embedder
         self._whisper = whisper
-        self._registry = registry
+        self.registry = registry
 
     @classmethod
     def from_engine(
-        cls, engine: VoiceEngine, intra_op_threads: int = 0, registry: ModelRegistry | None = None
+        cls, engine: VoiceEngine, registry: ModelRegistry, intra_op_threads: int = 0
     ) -> AntiSpoof:
         """Share the voice engine's VAD (Silero, for the speech-length check) and CAM++ model; the
         Whisper encoder comes from ``registry`` (the app's model store)."""
         return cls(
-            vad=engine.vad, intra_op_threads=intra_op_threads, embedder=engine.embedder, registry=registry
+            registry=registry, vad=engine.vad, intra_op_threads=intra_op_threads, embedder=engine.embedder
         )
 
     @property
     def embedder(self) -> CamPlusPlus:
-        """The CAM++ model for the front statistics; without one given, the installed ``campplus``
-        from the model store (``verilive models pull``)."""
+        """The CAM++ model for the front statistics; without one given, ``campplus`` from the registry."""
         if self._embedder is None:
-            from verilive.models.sessions import ModelRegistry
-            from verilive.voice.campplus import MODEL_ID, CamPlusPlus
+            from verilive.voice.campplus import CamPlusPlus
 
-            self._embedder = CamPlusPlus.from_registry(ModelRegistry(ids=[MODEL_ID]))
+            self._embedder = CamPlusPlus.from_registry(self.registry)
         return self._embedder
 
     @property
     def whisper(self) -> WhisperEncoder:
-        """The Whisper encoder the metadata names, from the given registry or the installed store."""
+        """The Whisper encoder the metadata names, from the registry unless one was given."""
         if self._whisper is None:
-            from verilive.models.sessions import ModelRegistry
             from verilive.voice.whisper import WhisperEncoder
 
             assert self.whisper_id is not None
-            registry = self._registry if self._registry is not None else ModelRegistry(ids=[self.whisper_id])
-            self._whisper = WhisperEncoder.from_registry(registry, self.whisper_id)
+            self._whisper = WhisperEncoder.from_registry(self.registry, self.whisper_id)
         return self._whisper
 
     def whisper_features(self, wave16k: np.ndarray) -> np.ndarray | None:

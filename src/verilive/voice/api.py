@@ -1,12 +1,13 @@
 """HTTP routes of the voice analysis service (voice-analysis.md 1.12.5).
 
-Thin: parse and validate, call engines, shape the answer.
+Thin: parse and validate, call one method of an engine or of
+:class:`verilive.voice.service.VoiceService` (both built in ``verilive.voice.deps``), shape the
+answer. The engine results are mapped to the interface's names here, by name, and nowhere else.
 """
 
 from __future__ import annotations
 
 import base64
-import dataclasses
 from typing import Annotated
 
 import numpy as np
@@ -28,18 +29,13 @@ from verilive.server.buildinfo import PROJECT_LICENSE, components_string, git_co
 from verilive.server.context import ServiceContext, get_context
 from verilive.server.types import Int32
 from verilive.server.uploads import OCTET_STREAM_BODY, read_part, read_raw_body, require_multipart
-from verilive.voice.antispoof import AntiSpoof, SpoofScores
+from verilive.voice.antispoof import SpoofScores
 from verilive.voice.attributes import SpeakerAttributes
-from verilive.voice.deps import antispoof_engine, attributes_estimator, voice_engine
+from verilive.voice.deps import antispoof_engine, attributes_estimator, voice_engine, voice_service
 from verilive.voice.diarization import DiarizationConfig
-from verilive.voice.engine import (
-    INIT_DATA_ID,
-    SpeechEvents,
-    VoiceEngine,
-    check_configuration,
-)
+from verilive.voice.engine import INIT_DATA_ID, SpeechEvents, check_configuration
 from verilive.voice.idlist import matched_indexes
-from verilive.voice.quality import RECOMMENDED, QualityMetrics, QualityThresholds, decide
+from verilive.voice.quality import RECOMMENDED, QualityMetrics, QualityThresholds
 from verilive.voice.schemas import (
     AntispoofResult,
     Attributes,
@@ -55,7 +51,6 @@ from verilive.voice.schemas import (
     QualityCheckEngineResult,
     QualityCheckMetricsThresholds,
     QualityCheckResultResponse,
-    QualityShortDescription,
     Scenario,
     SpeechEvent,
     SpeechInfo,
@@ -64,6 +59,7 @@ from verilive.voice.schemas import (
     TemplateMatchRequest,
     VerifyResult,
 )
+from verilive.voice.service import CheckedTemplate, QualityCheck
 from verilive.voice.templates import VoiceTemplate
 
 Ctx = Annotated[ServiceContext, Depends(get_context)]
@@ -146,59 +142,45 @@ def attributes_result(a: SpeakerAttributes) -> Attributes:
 
 
 def threshold_values(t: QualityThresholds) -> dict[str, float]:
-    """The thresholds applied, under the spec's QualityCheckMetricsThresholds names (same order)."""
-    names = zip(
-        (f.name for f in dataclasses.fields(t)), QualityCheckMetricsThresholds.model_fields, strict=True
-    )
-    return {wire: getattr(t, name) for name, wire in names if getattr(t, name) is not None}
+    """The thresholds applied, under the spec's QualityCheckMetricsThresholds names."""
+    values = {
+        "minimumSnrDb": t.minimum_snr_db,
+        "minimumSpeechLengthMs": t.minimum_speech_length_ms,
+        "minimumSpeechRelativeLength": t.minimum_speech_relative_length,
+        "maximumMultipleSpeakersDetectorScore": t.maximum_multiple_speakers_detector_score,
+    }
+    return {wire: v for wire, v in values.items() if v is not None}
 
 
 def obtained_values(m: QualityMetrics) -> dict[str, float]:
     """The measured values, under the names of QualityCheckEngineResult's first four fields."""
-    names = zip((f.name for f in dataclasses.fields(m)), QualityCheckEngineResult.model_fields, strict=False)
-    return {wire: getattr(m, ours) for ours, wire in names}
+    return {
+        "snrDb": m.snr_db,
+        "speechLengthMs": m.speech_ms,
+        "speechRelativeLength": m.speech_relative,
+        "multipleSpeakersDetectorScore": m.multiple_speakers,
+    }
 
 
-def engine_result(m: QualityMetrics, verdict: QualityShortDescription) -> QualityCheckEngineResult:
-    return QualityCheckEngineResult(
-        snrDb=m.snr_db,
-        speechLengthMs=m.speech_ms,
-        speechRelativeLength=m.speech_relative,
-        multipleSpeakersDetectorScore=m.multiple_speakers,
-        qualityCheckShortDescription=verdict,
-    )
+def engine_result(q: QualityCheck) -> QualityCheckEngineResult:
+    return QualityCheckEngineResult(**obtained_values(q.metrics), qualityCheckShortDescription=q.verdict)
 
 
-def quality_check(engine: VoiceEngine, audio: Audio, t: QualityThresholds) -> QualityCheckEngineResult:
-    m = engine.quality(engine.analyse(audio))
-    return engine_result(m, decide(m, t))
-
-
-def checked_creation(
-    engine: VoiceEngine,
-    antispoof: AntiSpoof,
-    audio: Audio,
-    t: QualityThresholds,
-    channel: ChannelType | None,
-    configuration: str | None,
-) -> TemplateCreationWithChecksResult:
-    """All metrics are reported and the template is returned even when a check fails: the
-    caller decides (docs/voice.md#checked-template-creation)."""
-    a = engine.analyse(audio)
-    spoof = antispoof_result(antispoof.evaluate(audio, speech_seconds=a.speech_ms / 1000.0))
-    template = engine.create_template(audio, channel, configuration, analysis=a)
-    m = engine.quality(a)
-    verdict = decide(m, t)
+def checked_result(c: CheckedTemplate) -> TemplateCreationWithChecksResult:
     return TemplateCreationWithChecksResult(
-        antispoofResult=spoof,
+        antispoofResult=antispoof_result(c.spoof),
         qualityCheckResult=QualityCheckResultResponse(
-            thresholdValues=threshold_values(t),
-            obtainedValues=obtained_values(m),
-            qualityShortDescription=verdict,
+            thresholdValues=threshold_values(c.quality.thresholds),
+            obtainedValues=obtained_values(c.quality.metrics),
+            qualityShortDescription=c.quality.verdict,
         ),
-        qualityCheckEngineResult=engine_result(m, verdict),
-        voiceTemplate=template.encode(),
+        qualityCheckEngineResult=engine_result(c.quality),
+        voiceTemplate=c.template.encode(),
     )
+
+
+def intervals(turns: dict[str, list[tuple[int, int]]], sample_rate: int) -> dict[str, list[AudioInterval]]:
+    return {k: [audio_interval(s, e, sample_rate) for s, e in v] for k, v in turns.items()}
 
 
 def checked_thresholds(
@@ -231,11 +213,6 @@ def quality_check_thresholds(
 
 CheckedThresholds = Annotated[QualityThresholds, Depends(checked_thresholds)]
 QualityCheckThresholds = Annotated[QualityThresholds, Depends(quality_check_thresholds)]
-
-
-def diarize(ctx: ServiceContext, audio: Audio, num_speakers: int | None) -> dict[str, list[AudioInterval]]:
-    turns = voice_engine(ctx).diarizer.diarize(audio.mono(), audio.sample_rate, num_speakers)
-    return {k: [audio_interval(s, e, audio.sample_rate) for s, e in v] for k, v in turns.items()}
 
 
 async def samples_audio(request: Request, ctx: ServiceContext, sample_rate: int) -> Audio:
@@ -381,9 +358,8 @@ async def create_voice_template_checked_from_samples(
     configuration: Configuration = None,
 ) -> TemplateCreationWithChecksResult:
     audio = await samples_audio(request, ctx, sample_rate)
-    return await run(
-        checked_creation, voice_engine(ctx), antispoof_engine(ctx), audio, t, channel_type, configuration
-    )
+    checked = await run(voice_service(ctx).checked_template, audio, t, channel_type, configuration)
+    return checked_result(checked)
 
 
 @router.post(
@@ -400,9 +376,8 @@ async def create_voice_template_checked_from_file(
     configuration: Configuration = None,
 ) -> TemplateCreationWithChecksResult:
     audio = await file_audio(wav_file, "wav_file", ctx)
-    return await run(
-        checked_creation, voice_engine(ctx), antispoof_engine(ctx), audio, t, channel_type, configuration
-    )
+    checked = await run(voice_service(ctx).checked_template, audio, t, channel_type, configuration)
+    return checked_result(checked)
 
 
 @router.get(
@@ -518,7 +493,7 @@ async def check_quality_from_samples(
     t: QualityCheckThresholds,
 ) -> QualityCheckEngineResult:
     audio = await samples_audio(request, ctx, sample_rate)
-    return await run(quality_check, voice_engine(ctx), audio, t)
+    return engine_result(await run(voice_service(ctx).quality_check, audio, t))
 
 
 @router.post(
@@ -533,7 +508,7 @@ async def check_quality_from_file(
     t: QualityCheckThresholds,
 ) -> QualityCheckEngineResult:
     audio = await file_audio(audio_file, "audio_file", ctx)
-    return await run(quality_check, voice_engine(ctx), audio, t)
+    return engine_result(await run(voice_service(ctx).quality_check, audio, t))
 
 
 @router.get(
@@ -555,7 +530,7 @@ async def get_segmentation_from_samples(
     ctx: Ctx, request: Request, sample_rate: SampleRate, num_speakers: NumSpeakers = None
 ) -> dict[str, list[AudioInterval]]:
     audio = await samples_audio(request, ctx, sample_rate)
-    return await run(diarize, ctx, audio, num_speakers)
+    return intervals(await run(voice_service(ctx).diarize, audio, num_speakers), audio.sample_rate)
 
 
 @router.post(
@@ -568,7 +543,7 @@ async def get_segmentation_from_file(
     ctx: Ctx, wav_file: WavFile, num_speakers: NumSpeakers = None
 ) -> dict[str, list[AudioInterval]]:
     audio = await file_audio(wav_file, "wav_file", ctx)
-    return await run(diarize, ctx, audio, num_speakers)
+    return intervals(await run(voice_service(ctx).diarize, audio, num_speakers), audio.sample_rate)
 
 
 @router.post(
