@@ -3,7 +3,12 @@
 - no import cycles inside ``src/verilive`` (imports under ``if TYPE_CHECKING:`` are not run and
   do not count), and none between ``eval/`` and ``train/``;
 - no service's ``api`` module is imported by another package;
-- ``capture/`` imports nothing private (``_name``) from ``face/``.
+- ``capture/`` imports nothing private (``_name``) from ``face/``;
+- engine modules (everything but ``server/``, the route modules ``api.py`` and ``*_routes.py`` and
+  the composition roots ``deps.py``) import no HTTP library (fastapi, starlette, httpx);
+- no HTTP status is written by hand outside ``server/``: no ``HTTPException``, no error status
+  (4xx/5xx) as a ``status_code=`` or ``status=`` literal; errors carry their status in their class
+  (``verilive/errors.py``), which routes and engines raise.
 """
 
 from __future__ import annotations
@@ -15,6 +20,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "src"
 SERVICES = ("voice", "face", "capture")
+PACKAGE = SRC / "verilive"
+HTTP_LIBRARIES = ("fastapi", "starlette", "httpx")
 
 
 def module_name(path: Path, base: Path) -> str:
@@ -136,6 +143,89 @@ def test_capture_imports_nothing_private_from_face() -> None:
             if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("verilive.face"):
                 bad += [f"{path.name}: {node.module}.{a.name}" for a in node.names if a.name.startswith("_")]
     assert bad == []
+
+
+def is_http_layer(path: Path) -> bool:
+    """``server/``, the route modules (``api.py``, ``*_routes.py``) and the composition roots
+    (``deps.py``): the modules that may know about HTTP. Everything else under ``src/verilive`` is
+    an engine module."""
+    rel = path.relative_to(PACKAGE)
+    return rel.parts[0] == "server" or path.name in ("api.py", "deps.py") or path.stem.endswith("_routes")
+
+
+def http_imports(tree: ast.Module) -> list[str]:
+    """The HTTP libraries a module imports, at any depth (``TYPE_CHECKING`` imports included: an
+    engine has no business naming HTTP types at all)."""
+    found = []
+    for node in ast.walk(tree):
+        names = (
+            [a.name for a in node.names]
+            if isinstance(node, ast.Import)
+            else [node.module or ""]
+            if isinstance(node, ast.ImportFrom)
+            else []
+        )
+        found += [n for n in names if n.split(".")[0] in HTTP_LIBRARIES]
+    return found
+
+
+def hand_written_statuses(tree: ast.Module) -> list[str]:
+    """``HTTPException`` (raised, called or imported) and error statuses (4xx/5xx) written as
+    ``status_code=`` or ``status=`` literals."""
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name | ast.Attribute) and "HTTPException" in ast.unparse(node):
+            found.append(f"line {node.lineno}: {ast.unparse(node)}")
+        elif isinstance(node, ast.ImportFrom) and any(a.name == "HTTPException" for a in node.names):
+            found.append(f"line {node.lineno}: import of HTTPException")
+        elif isinstance(node, ast.keyword) and node.arg in ("status_code", "status"):
+            v = node.value
+            if isinstance(v, ast.Constant) and isinstance(v.value, int) and v.value >= 400:
+                found.append(f"line {node.lineno}: {node.arg}={v.value}")
+    return found
+
+
+def test_engines_import_no_http_library() -> None:
+    bad = {
+        str(p.relative_to(PACKAGE)): found
+        for p in sorted(PACKAGE.rglob("*.py"))
+        if not is_http_layer(p) and (found := http_imports(ast.parse(p.read_text())))
+    }
+    assert bad == {}, "engine modules import HTTP libraries (move the HTTP part to a route module)"
+
+
+def test_no_status_code_written_by_hand_outside_server() -> None:
+    bad = {
+        str(p.relative_to(PACKAGE)): found
+        for p in sorted(PACKAGE.rglob("*.py"))
+        if p.relative_to(PACKAGE).parts[0] != "server"
+        and (found := hand_written_statuses(ast.parse(p.read_text())))
+    }
+    assert bad == {}, "raise an error class of verilive/errors.py (it carries the status) instead"
+
+
+def test_the_layer_checkers_find_what_they_look_for() -> None:
+    """The two checkers above on made-up sources, so that a passing rule is not a blind one."""
+    engine = ast.parse(
+        "import numpy\nfrom starlette.concurrency import run_in_threadpool\nimport httpx.auth\n"
+    )
+    assert http_imports(engine) == ["starlette.concurrency", "httpx.auth"]
+    statuses = ast.parse(
+        "raise VeriliveError('x', status=413)\n"
+        "JSONResponse({}, status_code=503)\n"
+        "raise HTTPException(404)\n"
+        "Response(status_code=304)\n"
+        "VeriliveError('x', code='UNKNOWN')\n"
+    )
+    assert hand_written_statuses(statuses) == [
+        "line 1: status=413",
+        "line 2: status_code=503",
+        "line 3: HTTPException",
+    ]
+    assert is_http_layer(PACKAGE / "capture" / "sdk_routes.py") and is_http_layer(
+        PACKAGE / "server" / "app.py"
+    )
+    assert not is_http_layer(PACKAGE / "capture" / "service.py")
 
 
 def test_the_checker_finds_a_cycle() -> None:
