@@ -68,7 +68,7 @@ def capture_service(ctx: ServiceContext) -> CaptureService:
     def build() -> CaptureService:
         return CaptureService(
             lambda: key_ring(ctx),
-            capture_engine(ctx),
+            lambda: capture_engine(ctx),
             ctx.engine("capture_metrics", lambda: CaptureMetrics(ctx.metrics.registry)),
             lambda: bi_store(ctx),
         )

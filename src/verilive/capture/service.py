@@ -67,23 +67,24 @@ def capture_error_code(code: str | None) -> str:
 
 class CaptureService:
     """Thread-safe when its parts are (they are). ``keys`` is called on each use, so a key ring
-    that cannot be loaded fails each request with a clear 503 rather than the app's start."""
+    that cannot be loaded fails each request with a clear 503 rather than the app's start;
+    ``engine`` and ``bi`` too, so /bi_records answers without the models."""
 
     def __init__(
         self,
         keys: Callable[[], KeyRing],
-        engine: CaptureEngine,
+        engine: Callable[[], CaptureEngine],
         metrics: CaptureMetrics,
         bi: Callable[[], BiStore],
     ) -> None:
         self.keys = keys
-        self.engine = engine
+        self._engine = engine
         self.metrics = metrics
         self.bi = bi
 
-    def close(self) -> None:
-        """Nothing of its own to release: closable so that the app drops it with the engine it
-        holds (``ServiceContext.close``) and builds both again if it starts again."""
+    @property
+    def engine(self) -> CaptureEngine:
+        return self._engine()
 
     def open(self, blob: bytes, *, extract: bool = False) -> Bundle:
         """Decrypt; BundleError becomes the spec's 400. The extract endpoints list only two messages,

@@ -28,5 +28,6 @@ def face_metrics(ctx: ServiceContext) -> FaceMetrics:
 def face_service(ctx: ServiceContext) -> FaceService:
     """The face routes' service: the engine's decisions, with their BI records and metrics."""
     return ctx.engine(
-        "face_service", lambda: FaceService(face_engine(ctx), face_metrics(ctx), lambda: bi_store(ctx))
+        "face_service",
+        lambda: FaceService(lambda: face_engine(ctx), face_metrics(ctx), lambda: bi_store(ctx)),
     )

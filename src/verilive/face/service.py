@@ -23,17 +23,19 @@ FACE_ENDPOINTS = ("check_liveness", "check_liveness_batch", "check_image")
 
 
 class FaceService:
-    """Thread-safe when its parts are (they are). ``bi`` is called on each use (the store is
-    opened on first use, and may be shared with the capture service)."""
+    """Thread-safe when its parts are (they are). ``engine`` and ``bi`` are called on each use, so
+    the BI endpoints answer without the models, and each part is the app's current one."""
 
-    def __init__(self, engine: FaceEngine, metrics: FaceMetrics, bi: Callable[[], BiStore]) -> None:
-        self.engine = engine
+    def __init__(
+        self, engine: Callable[[], FaceEngine], metrics: FaceMetrics, bi: Callable[[], BiStore]
+    ) -> None:
+        self._engine = engine
         self.metrics = metrics
         self.bi = bi
 
-    def close(self) -> None:
-        """Nothing of its own to release: closable so that the app drops it with the engine it
-        holds (``ServiceContext.close``) and builds both again if it starts again."""
+    @property
+    def engine(self) -> FaceEngine:
+        return self._engine()
 
     def check_liveness(self, images: Sequence[bytes], pipeline: str, platform: str) -> ImageResult:
         """One answer for one image, or for a series of frames of one capture (docs/face.md)."""
