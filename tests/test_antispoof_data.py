@@ -1,4 +1,4 @@
-"""The LPC vocoder of the anti-spoofing data (train/antispoof_data.py; evaluation only, ``EVAL_ONLY``)."""
+"""The LPC vocoder of the anti-spoofing data (train.antispoof_data.vocoded; evaluation only, EVAL_ONLY)."""
 
 from __future__ import annotations
 

@@ -10,7 +10,7 @@ speaker labels, only the same recording through different channels, and the stud
 teacher's embedding space, so a student (telephone) view compares directly with a teacher
 (wideband) view, and two student views with each other.
 
-**Data.** Speech of the anti-spoofing pool (train/antispoof_data.py) whose licence allows
+**Data.** Speech of the anti-spoofing pool (train/antispoof_data/) whose licence allows
 redistributing derived work (``train_ok``; KLettres, GPL, is out) from sources that are *not* in
 the speaker-verification dev trials: AMI, LJ Speech, the real halves of the
 spoof corpora (Tortoise references, LibriSpeech test-clean, LibriTTS, AISHELL, VCC), and the
