@@ -47,47 +47,53 @@ Outputs: age_model.json and the generated sections of docs/model-age.md.
 from __future__ import annotations
 
 import argparse
-import csv
 import datetime as dt
-import hashlib
 import itertools
 import json
-import os
 import sys
-import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
-import soundfile as sf
-from common.repo import data_root, replace_section, source_hash
+from common.repo import data_root, replace_section
 
-if TYPE_CHECKING:
-    from verilive.audio import Audio
-    from verilive.voice.engine import VoiceEngine
+from train.age_data import (
+    ADULT_BRACKETS,
+    ATTRIBUTIONS,
+    BRACKETS,
+    CV,
+    CV_DIR,
+    HELD_FRACTION,
+    LICENCES,
+    N_FOLDS,
+    PIECES,
+    SEED,
+    SO,
+    SO_DIR,
+    SOURCE_NAME,
+    SOURCES,
+    Clip,
+    Embeddings,
+    Rows,
+    embed_clips,
+    read_clips,
+    split_held,
+)
+
+# bracket_of, make_engine and read_audio are re-exported: eval/age.py and tests/test_age.py use train.age.X
+from train.age_data import bracket_of as bracket_of
+from train.voice_attributes import CHANNELS, rounded
+from train.voice_attributes import make_engine as make_engine
+from train.voice_attributes import read_audio as read_audio
 
 REPO = Path(__file__).resolve().parents[1]
 MODEL_JSON = REPO / "src" / "verilive" / "voice" / "age_model.json"
 CARD_MD = REPO / "docs" / "model-age.md"
-MANIFEST = REPO / "src" / "verilive" / "models" / "manifest.json"
-CACHE_DIR = Path(os.environ.get("VERILIVE_EVAL_CACHE", "/tmp/verilive-eval-cache"))
 COMMAND = "python -m train.age"
 
-SO_DIR = "voice/age_speechocean762"
-CV_DIR = "voice/age_cv_es_mx"
-SO, CV = "so762", "cv_es_mx"
-SOURCES = (SO, CV)
-SOURCE_NAME = {SO: "speechocean762", CV: "Common Voice es-MX"}
-
-SEED = 20241124
-HELD_FRACTION = 0.2
-N_FOLDS = 5
-CROPS_S = (1.0, 2.0, 4.0)
-PIECES = ("full", "4s", "2s", "1s")
-CHANNELS = ("MIC", "TEL")
 #: The shipped model reads the wideband (MIC) embedding: on the pooled development CV it answers
 #: more children within ±3 years than the telephone-band one (docs/model-age.md, "Channel").
 FEATURE_CHANNEL = "MIC"
@@ -95,11 +101,6 @@ FEATURE_CHANNEL = "MIC"
 MIN_SAMPLE_RATE = 16000
 LAMBDAS = tuple(float(x) for x in 10.0 ** np.arange(1.0, 4.51, 0.5))
 
-#: Age brackets: Common Voice's (as grouped by the corpus author) plus two below 20.
-BRACKETS = ("6-12", "13-19", "20-29", "30-49", "50-69")
-ADULT_BRACKETS = ("20-29", "30-49", "50-69")
-MIDPOINT = {"20-29": 24.5, "30-49": 39.5, "50-69": 59.5}
-CHILD_MAX, ADULT_MIN = 12, 20
 #: Child-vs-adult call from the estimate: halfway between the oldest child and the youngest adult.
 CHILD_CUT_YEARS = 16.0
 #: The youngest age in the training data; answers are not extrapolated below it.
@@ -112,286 +113,6 @@ TOLERANCE_YEARS = 3.0
 WITHIN_SHARE = 0.9
 SPEECH_BANDS_MS = (0.0, 2000.0, 4000.0, float("inf"))
 MIN_BAND_ANSWERS = 10
-
-LICENCES = {
-    SO: "Apache-2.0",
-    CV: "CC0-1.0",
-}
-ATTRIBUTIONS = {
-    SO: "speechocean762: Junbo Zhang, Zhiwen Zhang, Yongqing Wang, Zhiyong Yan, Qiong Song, Yukai Huang, "
-    "Ke Li, Daniel Povey, Yujun Wang, 'speechocean762: An Open-Source Non-native English Speech Corpus "
-    "For Pronunciation Assessment', Interspeech 2021 (arXiv 2104.01378; OpenSLR SLR101); Apache-2.0. "
-    "From github.com/jimbozhang/speechocean762@613968e3.",
-    CV: "Mozilla Common Voice (Spanish) clips, CC0-1.0, as collected in github.com/JazminPS/"
-    "VoiceCorpusProject@2efa81fa (Common Voice part only).",
-}
-
-
-# ---------------------------------------------------------------------------------- data
-
-
-@dataclass(frozen=True)
-class Clip:
-    file: str  # relative to the data root
-    speaker: str
-    group: str  # speakers that may be one person (possible_same_speaker.csv) share a group
-    source: str
-    bracket: str
-    age: float | None  # exact years (speechocean762) or None (a bracket only)
-    male: bool
-
-    @property
-    def years(self) -> float:
-        """The exact age, or the bracket's midpoint."""
-        return self.age if self.age is not None else MIDPOINT[self.bracket]
-
-
-def bracket_of(age: float) -> str:
-    for b in BRACKETS:
-        lo, hi = (int(x) for x in b.split("-"))
-        if lo <= age <= hi:
-            return b
-    raise ValueError(f"age {age} outside {BRACKETS}")
-
-
-def _groups(names: Sequence[str], pairs: Iterable[tuple[str, str]]) -> dict[str, str]:
-    """Union-find over the listed pairs; each group is named by its smallest member."""
-    parent = {n: n for n in names}
-
-    def root(n: str) -> str:
-        while parent[n] != n:
-            parent[n] = parent[parent[n]]
-            n = parent[n]
-        return n
-
-    for a, b in pairs:
-        ra, rb = root(a), root(b)
-        if ra != rb:
-            parent[max(ra, rb)] = min(ra, rb)
-    return {n: root(n) for n in names}
-
-
-def read_clips(root: Path) -> list[Clip]:
-    clips: list[Clip] = []
-    with (root / SO_DIR / "labels.csv").open(newline="") as f:
-        for r in csv.DictReader(f):
-            age = float(r["age"])
-            male = r["gender"] == "male"
-            clips.append(
-                Clip(f"{SO_DIR}/{r['file']}", r["speaker"], r["speaker"], SO, bracket_of(age), age, male)
-            )
-    with (root / CV_DIR / "labels.csv").open(newline="") as f:
-        rows = list(csv.DictReader(f))
-    # The pair list names clips by stem with a .flac suffix; the audio is the source MP3.
-    with (root / CV_DIR / "possible_same_speaker.csv").open(newline="") as f:
-        pairs = [(Path(r["file_a"]).stem, Path(r["file_b"]).stem) for r in csv.DictReader(f)]
-    stems = [Path(r["file"]).stem for r in rows]
-    unknown = {s for p in pairs for s in p} - set(stems)
-    if unknown:
-        raise ValueError(f"possible_same_speaker.csv names unknown clips: {sorted(unknown)}")
-    group = _groups(stems, pairs)
-    for r, stem in zip(rows, stems, strict=True):
-        if r["age"] not in MIDPOINT:
-            raise ValueError(f"{r['file']}: unexpected bracket {r['age']!r}")
-        male = r["gender"] == "male"
-        clips.append(
-            Clip(f"{CV_DIR}/{r['file']}", r["speaker"], f"cves_{group[stem]}", CV, r["age"], None, male)
-        )
-    return sorted(clips, key=lambda c: c.file)
-
-
-def _order(key: str) -> str:
-    return hashlib.sha256(f"{SEED}:{key}".encode()).hexdigest()
-
-
-def _strata(clips: Iterable[Clip]) -> dict[tuple[str, str], list[str]]:
-    """Groups by (source, bracket of the group's first clip), sorted; a group crossing brackets
-    (possible_same_speaker.csv) is stratified by its first clip."""
-    first: dict[str, Clip] = {}
-    for c in sorted(clips, key=lambda c: c.file):
-        first.setdefault(c.group, c)
-    out: dict[tuple[str, str], list[str]] = {}
-    for g, c in sorted(first.items()):
-        out.setdefault((c.source, c.bracket), []).append(g)
-    return out
-
-
-def split_held(clips: Sequence[Clip]) -> tuple[list[Clip], list[Clip]]:
-    """(development, held aside): per source and bracket, the first HELD_FRACTION of the groups in
-    sha256(seed:group) order."""
-    held: set[str] = set()
-    for groups in _strata(clips).values():
-        ranked = sorted(groups, key=_order)
-        held.update(ranked[: round(HELD_FRACTION * len(ranked))])
-    return [c for c in clips if c.group not in held], [c for c in clips if c.group in held]
-
-
-def group_folds(clips: Iterable[Clip], k: int, salt: str) -> dict[str, int]:
-    """Groups dealt to k folds in hash order, stratified by source and bracket."""
-    fold: dict[str, int] = {}
-    offset = 0
-    for key in sorted(s := _strata(clips)):
-        ranked = sorted(s[key], key=lambda g: _order(f"{salt}:{g}"))
-        for i, g in enumerate(ranked):
-            fold[g] = (i + offset) % k
-        offset += len(ranked)
-    return fold
-
-
-# ---------------------------------------------------------------------------------- embeddings
-
-
-def make_engine() -> VoiceEngine:  # imported lazily: only the embedding steps need the models
-    from verilive.config import Settings
-    from verilive.models.sessions import ModelRegistry
-    from verilive.voice.engine import VoiceEngine
-
-    return VoiceEngine.from_registry(ModelRegistry(Settings(require_models=True)))
-
-
-def read_audio(path: Path) -> Audio:
-    from verilive.audio import Audio
-
-    wave, sr = sf.read(str(path), dtype="float32", always_2d=True)
-    return Audio(np.ascontiguousarray(wave), int(sr))
-
-
-@dataclass
-class Embeddings:
-    units: np.ndarray  # (n, 192) float32
-    file: np.ndarray  # (n,) str, the clip
-    condition: np.ndarray  # (n,) str, "<piece>/<channel>"
-    speech_ms: np.ndarray  # (n,) float, the template's speech length
-
-    def take(self, mask: np.ndarray) -> Embeddings:
-        return Embeddings(self.units[mask], self.file[mask], self.condition[mask], self.speech_ms[mask])
-
-
-def crop_start(clip_file: str, length_s: float, frames: int, crop_frames: int) -> int:
-    seed = int(_order(f"crop:{clip_file}:{length_s}")[:8], 16)
-    return int(np.random.default_rng(seed).integers(0, frames - crop_frames + 1))
-
-
-def embed_clips(clips: Sequence[Clip], root: Path, log: bool = True) -> Embeddings:
-    """Every piece of every clip through both channels, cached under $VERILIVE_EVAL_CACHE."""
-    from verilive.voice.engine import NoSpeech
-    from verilive.voice.schemas import ChannelType
-
-    key = hashlib.sha256(
-        json.dumps(
-            [
-                source_hash(
-                    "verilive.voice.engine",
-                    "verilive.voice.campplus",
-                    "verilive.voice.vad",
-                    "verilive.voice.channel",
-                    extra=[MANIFEST],
-                ),
-                SEED,
-                CROPS_S,
-                CHANNELS,
-                [c.file for c in clips],
-            ]
-        ).encode()
-    ).hexdigest()[:16]
-    cache = CACHE_DIR / f"age-embeddings-{key}.npz"
-    if cache.exists():
-        z = np.load(cache)
-        return Embeddings(z["units"], z["clip"], z["condition"], z["speech_ms"])
-
-    engine = make_engine()
-    units, files, cond, speech = [], [], [], []
-    t0 = time.time()
-    for i, c in enumerate(clips):
-        audio = read_audio(root / c.file)
-        pieces = [("full", audio)]
-        n = audio.frames
-        for length in CROPS_S:
-            m = round(length * audio.sample_rate)
-            if m > n:
-                continue
-            start = crop_start(c.file, length, n, m)
-            crop = type(audio)(np.ascontiguousarray(audio.samples[start : start + m]), audio.sample_rate)
-            pieces.append((f"{length:g}s", crop))
-        for name, piece in pieces:
-            analysis = engine.analyse(piece)
-            for ch in CHANNELS:
-                try:
-                    # plain CAM++ views: the attribute models are fitted and served on them
-                    t = engine.create_template(
-                        piece, ChannelType(ch), analysis=analysis, adapted_telephone=False
-                    )
-                except NoSpeech:
-                    continue
-                units.append(t.unit())
-                files.append(c.file)
-                cond.append(f"{name}/{ch}")
-                speech.append(t.speech_ms)
-        if log and (i + 1) % 50 == 0:
-            print(f"  embedded {i + 1}/{len(clips)} clips ({time.time() - t0:.0f} s)", file=sys.stderr)
-    emb = Embeddings(
-        np.stack(units).astype(np.float32),
-        np.array(files),
-        np.array(cond),
-        np.array(speech, dtype=np.float64),
-    )
-    CACHE_DIR.mkdir(parents=True, exist_ok=True)
-    # "clip", not "file": np.savez's own first parameter is called file
-    np.savez(cache, units=emb.units, clip=emb.file, condition=emb.condition, speech_ms=emb.speech_ms)
-    return emb
-
-
-@dataclass
-class Rows:
-    """The embeddings of one channel with their clips' labels, row for row."""
-
-    units: np.ndarray
-    speech_ms: np.ndarray
-    piece: np.ndarray  # full, 4s, 2s, 1s
-    clips: list[Clip]
-    source: np.ndarray
-    bracket: np.ndarray
-    years: np.ndarray  # exact age or bracket midpoint
-    group: np.ndarray
-
-    @classmethod
-    def of(cls, emb: Embeddings, clips: Sequence[Clip], channel: str) -> Rows:
-        by_file = {c.file: c for c in clips}
-        m = np.array(
-            [f in by_file and c.endswith("/" + channel) for f, c in zip(emb.file, emb.condition, strict=True)]
-        )
-        e = emb.take(m)
-        cs = [by_file[f] for f in e.file]
-        return cls(
-            units=e.units,
-            speech_ms=e.speech_ms,
-            piece=np.array([c.split("/")[0] for c in e.condition]),
-            clips=cs,
-            source=np.array([c.source for c in cs]),
-            bracket=np.array([c.bracket for c in cs]),
-            years=np.array([c.years for c in cs], dtype=np.float64),
-            group=np.array([c.group for c in cs]),
-        )
-
-    def take(self, mask: np.ndarray) -> Rows:
-        idx = np.flatnonzero(mask)
-        return Rows(
-            self.units[idx],
-            self.speech_ms[idx],
-            self.piece[idx],
-            [self.clips[i] for i in idx],
-            self.source[idx],
-            self.bracket[idx],
-            self.years[idx],
-            self.group[idx],
-        )
-
-    def __len__(self) -> int:
-        return len(self.years)
-
-    def folds(self, salt: str) -> np.ndarray:
-        fold_of = group_folds(self.clips, N_FOLDS, salt)
-        return np.array([fold_of[g] for g in self.group])
 
 
 # ---------------------------------------------------------------------------------- the model
@@ -688,10 +409,6 @@ def held_aside(
 # ---------------------------------------------------------------------------------- outputs
 
 
-def _rounded(a: np.ndarray) -> list[float]:
-    return [float(f"{v:.7g}") for v in np.asarray(a, dtype=np.float64)]
-
-
 def model_json(
     final: Fitted,
     rule: Rule,
@@ -720,9 +437,9 @@ def model_json(
         "init_data_id": INIT_DATA_ID,
         "embed_relu": EMBED_RELU,
         "dim": int(final.weights.size),
-        "mean": _rounded(final.mean),
-        "scale": _rounded(final.scale),
-        "weights": _rounded(final.weights),
+        "mean": rounded(final.mean),
+        "scale": rounded(final.scale),
+        "weights": rounded(final.weights),
         "bias": float(f"{final.bias:.7g}"),
         "l2": final.l2,
         "rule": {

@@ -39,12 +39,9 @@ from __future__ import annotations
 import argparse
 import csv
 import datetime as dt
-import hashlib
 import json
 import math
-import os
 import sys
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,30 +50,36 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import soundfile as sf
 from common import metrics
-from common.repo import data_root, replace_section, source_hash
+from common.repo import data_root, replace_section
+
+from train.gender_data import (
+    ATTRIBUTION,
+    LIBRI_DIR,
+    LICENCE,
+    N_TEST_PER_GENDER,
+    SEED,
+    Embeddings,
+    Speaker,
+    embed_speakers,
+    read_speakers,
+    speaker_folds,
+    split_test,
+)
+from train.voice_attributes import CHANNELS, CROPS_S, hash_order, make_engine, read_audio, rounded
 
 if TYPE_CHECKING:
-    from verilive.audio import Audio
     from verilive.voice.attributes import GenderModel
-    from verilive.voice.engine import VoiceEngine
 
 REPO = Path(__file__).resolve().parents[1]
 MODEL_JSON = REPO / "src" / "verilive" / "voice" / "gender_model.json"
 CARD_MD = REPO / "docs" / "model-gender.md"
 CV_PNG = REPO / "docs" / "gender_cv.png"
-MANIFEST = REPO / "src" / "verilive" / "models" / "manifest.json"
-CACHE_DIR = Path(os.environ.get("VERILIVE_EVAL_CACHE", "/tmp/verilive-eval-cache"))
 COMMAND = "python -m train.gender"
 
-LIBRI_DIR = "voice/librispeech_251spk_gender"
 AUDIOMNIST_DIR = "voice/speechbrain_samples/audiomnist_age_gender"
 SB_DIR = "voice/speechbrain_samples/two_speaker_sentences"
 
-SEED = 20241121
-N_TEST_PER_GENDER = 25
 N_FOLDS = 5
-CROPS_S = (1.0, 2.0, 4.0)
-CHANNELS = ("MIC", "TEL")
 #: The model reads the embedding of the speech through the telephone channel processing, whatever
 #: the input's rate: on the development speakers it separates gender better than the wideband
 #: (MIC) embedding at every speech length (docs/model-gender.md, "Why the telephone band").
@@ -85,14 +88,6 @@ LENGTHS = ("1s", "2s", "4s", "full")
 CONDITIONS = tuple(f"{c}/{ch}" for c in ("full", *(f"{s:g}s" for s in CROPS_S)) for ch in CHANNELS)
 LAMBDAS = tuple(float(x) for x in 10.0 ** np.arange(-1.0, 4.01, 0.5))
 
-LICENCE = "CC BY 4.0"
-ATTRIBUTION = (
-    "LibriSpeech ASR corpus (train-clean-100), Vassil Panayotov, Guoguo Chen, Daniel Povey, "
-    "Sanjeev Khudanpur; derived from LibriVox public-domain audiobooks; licensed CC BY 4.0 "
-    "(openslr.org/12). Subset of 251 speakers x 1 utterance as redistributed in the Resemblyzer "
-    "repository (audio_data/librispeech_train-clean-100)."
-)
-
 # Other real voices (--external). Asterisk voice folders are named lang_COUNTRY_g_Name, g = f/m,
 # and the Debian copyright files credit the speakers (Allison Smith, June Wallack, Carlo Flora,
 # Paola Dal Zot for it_IT_f_Menardi, ivrvoice.ru).
@@ -100,146 +95,6 @@ ASTERISK_DIR = Path("/usr/share/asterisk/sounds")
 KLETTRES_PT_BR = Path("/usr/share/klettres/pt_BR")  # credits: "Father" and "Son" (9 years): male
 EXTERNAL_PER_VOICE = 60
 EXTERNAL_MIN_S = 1.0
-
-
-# ---------------------------------------------------------------------------------- data
-
-
-@dataclass(frozen=True)
-class Speaker:
-    file: str  # relative to the data root
-    speaker: str
-    male: bool
-
-
-def read_speakers(root: Path) -> list[Speaker]:
-    with (root / LIBRI_DIR / "labels.csv").open(newline="") as f:
-        rows = list(csv.DictReader(f))
-    out = [Speaker(f"{LIBRI_DIR}/{r['file']}", r["speaker_id"], r["gender"] == "M") for r in rows]
-    if {r["gender"] for r in rows} != {"M", "F"}:
-        raise ValueError("labels.csv: gender must be M or F")
-    return sorted(out, key=lambda s: s.file)
-
-
-def _order(key: str) -> str:
-    return hashlib.sha256(f"{SEED}:{key}".encode()).hexdigest()
-
-
-def split_test(speakers: Sequence[Speaker]) -> tuple[list[Speaker], list[Speaker]]:
-    """(development, test): the test set is the first N_TEST_PER_GENDER of each gender in hash order."""
-    test: set[str] = set()
-    for male in (False, True):
-        ranked = sorted((s for s in speakers if s.male == male), key=lambda s: _order(s.speaker))
-        test.update(s.speaker for s in ranked[:N_TEST_PER_GENDER])
-    return [s for s in speakers if s.speaker not in test], [s for s in speakers if s.speaker in test]
-
-
-def speaker_folds(speakers: Sequence[Speaker], k: int, salt: str) -> dict[str, int]:
-    """Gender-stratified assignment of speakers to k folds (dealt in hash order)."""
-    fold: dict[str, int] = {}
-    for male in (False, True):
-        ranked = sorted((s for s in speakers if s.male == male), key=lambda s: _order(f"{salt}:{s.speaker}"))
-        offset = len(fold)
-        for i, s in enumerate(ranked):
-            fold[s.speaker] = (i + offset) % k
-    return fold
-
-
-# ---------------------------------------------------------------------------------- embeddings
-
-
-def make_engine() -> VoiceEngine:  # imported lazily: only the embedding steps need the models
-    from verilive.config import Settings
-    from verilive.models.sessions import ModelRegistry
-    from verilive.voice.engine import VoiceEngine
-
-    return VoiceEngine.from_registry(ModelRegistry(Settings(require_models=True)))
-
-
-def read_audio(path: Path) -> Audio:
-    from verilive.audio import Audio
-
-    wave, sr = sf.read(str(path), dtype="float32", always_2d=True)
-    return Audio(np.ascontiguousarray(wave), int(sr))
-
-
-@dataclass
-class Embeddings:
-    units: np.ndarray  # (n, 192) float32
-    speaker: np.ndarray  # (n,) str
-    male: np.ndarray  # (n,) bool
-    condition: np.ndarray  # (n,) str, one of CONDITIONS
-
-    def take(self, mask: np.ndarray) -> Embeddings:
-        return Embeddings(self.units[mask], self.speaker[mask], self.male[mask], self.condition[mask])
-
-
-def embed_speakers(speakers: Sequence[Speaker], root: Path, log: bool = True) -> Embeddings:
-    """Every condition of every utterance, cached under $VERILIVE_EVAL_CACHE."""
-    from verilive.voice.engine import NoSpeech
-    from verilive.voice.schemas import ChannelType
-
-    key = hashlib.sha256(
-        json.dumps(
-            [
-                source_hash(
-                    "verilive.voice.engine",
-                    "verilive.voice.campplus",
-                    "verilive.voice.vad",
-                    "verilive.voice.channel",
-                    extra=[MANIFEST],
-                ),
-                SEED,
-                CROPS_S,
-                CHANNELS,
-                [s.file for s in speakers],
-            ]
-        ).encode()
-    ).hexdigest()[:16]
-    cache = CACHE_DIR / f"gender-embeddings-{key}.npz"
-    if cache.exists():
-        z = np.load(cache)
-        return Embeddings(z["units"], z["speaker"], z["male"], z["condition"])
-
-    engine = make_engine()
-    units, spk, male, cond = [], [], [], []
-    t0 = time.time()
-    for i, s in enumerate(speakers):
-        audio = read_audio(root / s.file)
-        pieces = [("full", audio)]
-        n = audio.frames
-        for length in CROPS_S:
-            m = round(length * audio.sample_rate)
-            if m > n:
-                continue
-            rng = np.random.default_rng([SEED, int(s.speaker), int(length * 1000)])
-            start = int(rng.integers(0, n - m + 1))
-            crop = type(audio)(np.ascontiguousarray(audio.samples[start : start + m]), audio.sample_rate)
-            pieces.append((f"{length:g}s", crop))
-        for name, piece in pieces:
-            analysis = engine.analyse(piece)
-            for ch in CHANNELS:
-                try:
-                    # plain CAM++ views: the attribute models are fitted and served on them
-                    t = engine.create_template(
-                        piece, ChannelType(ch), analysis=analysis, adapted_telephone=False
-                    )
-                except NoSpeech:
-                    continue
-                units.append(t.unit())
-                spk.append(s.speaker)
-                male.append(s.male)
-                cond.append(f"{name}/{ch}")
-        if log and (i + 1) % 25 == 0:
-            print(
-                f"  embedded {i + 1}/{len(speakers)} utterances ({time.time() - t0:.0f} s)", file=sys.stderr
-            )
-    emb = Embeddings(
-        np.stack(units).astype(np.float32), np.array(spk), np.array(male, dtype=bool), np.array(cond)
-    )
-    CACHE_DIR.mkdir(parents=True, exist_ok=True)
-    np.savez(cache, units=emb.units, speaker=emb.speaker, male=emb.male, condition=emb.condition)
-    return emb
 
 
 # ---------------------------------------------------------------------------------- the model
@@ -369,10 +224,6 @@ def condition_table(emb: Embeddings, p_male: np.ndarray) -> dict[str, dict[str, 
 # ---------------------------------------------------------------------------------- outputs
 
 
-def _rounded(a: np.ndarray) -> list[float]:
-    return [float(f"{v:.7g}") for v in np.asarray(a, dtype=np.float64)]
-
-
 def model_json(
     final: Fitted,
     dev: Sequence[Speaker],
@@ -394,9 +245,9 @@ def model_json(
         "init_data_id": INIT_DATA_ID,
         "embed_relu": EMBED_RELU,
         "dim": int(final.weights.size),
-        "mean": _rounded(final.mean),
-        "scale": _rounded(final.scale),
-        "weights": _rounded(final.weights),
+        "mean": rounded(final.mean),
+        "scale": rounded(final.scale),
+        "weights": rounded(final.weights),
         "bias": float(f"{final.bias:.7g}"),
         "l2": final.l2,
         "training": {
@@ -587,7 +438,7 @@ class ExternalSet:
 
 def _pick(files: list[Path], n: int, min_s: float) -> list[Path]:
     long_enough = [f for f in files if sf.info(str(f)).duration >= min_s]
-    return sorted(sorted(long_enough, key=lambda f: _order(str(f)))[:n])
+    return sorted(sorted(long_enough, key=lambda f: hash_order(SEED, str(f)))[:n])
 
 
 def external_sets(root: Path) -> list[ExternalSet]:

@@ -1,0 +1,111 @@
+"""What the age and gender trainings share: the engine, the audio, seeded order and cached CAM++ pieces.
+
+Both fit a small model on ``VoiceEngine.create_template(audio, channel).unit()`` of a whole
+recording and of crops of 1, 2 and 4 s, through both channels (MIC, TEL), cached under
+``$VERILIVE_EVAL_CACHE``; both split by hashing ``seed:key`` with their own seed.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import numpy as np
+import soundfile as sf
+from common.repo import source_hash
+
+if TYPE_CHECKING:
+    from verilive.audio import Audio
+    from verilive.voice.engine import VoiceEngine
+    from verilive.voice.templates import VoiceTemplate
+
+REPO = Path(__file__).resolve().parents[1]
+MANIFEST = REPO / "src" / "verilive" / "models" / "manifest.json"
+CACHE_DIR = Path(os.environ.get("VERILIVE_EVAL_CACHE", "/tmp/verilive-eval-cache"))
+CROPS_S = (1.0, 2.0, 4.0)
+CHANNELS = ("MIC", "TEL")
+
+
+def make_engine() -> VoiceEngine:  # imported lazily: only the embedding steps need the models
+    from verilive.config import Settings
+    from verilive.models.sessions import ModelRegistry
+    from verilive.voice.engine import VoiceEngine
+
+    return VoiceEngine.from_registry(ModelRegistry(Settings(require_models=True)))
+
+
+def read_audio(path: Path) -> Audio:
+    from verilive.audio import Audio
+
+    wave, sr = sf.read(str(path), dtype="float32", always_2d=True)
+    return Audio(np.ascontiguousarray(wave), int(sr))
+
+
+def hash_order(seed: int, key: str) -> str:
+    """The sort key of ``key`` in sha256(seed:key) order."""
+    return hashlib.sha256(f"{seed}:{key}".encode()).hexdigest()
+
+
+def embeddings_key(seed: int, files: Sequence[str]) -> str:
+    """Cache key of the embeddings of ``files``: the runtime code and models that make them, the
+    seed, the crops and the channels."""
+    return hashlib.sha256(
+        json.dumps(
+            [
+                source_hash(
+                    "verilive.voice.engine",
+                    "verilive.voice.campplus",
+                    "verilive.voice.vad",
+                    "verilive.voice.channel",
+                    extra=[MANIFEST],
+                ),
+                seed,
+                CROPS_S,
+                CHANNELS,
+                list(files),
+            ]
+        ).encode()
+    ).hexdigest()[:16]
+
+
+def pieces(audio: Audio, crop_start: Callable[[float, int, int], int]) -> list[tuple[str, Audio]]:
+    """``("full", audio)`` and a crop of each of :data:`CROPS_S` that fits (``"1s"``, ``"2s"``,
+    ``"4s"``); ``crop_start(length_s, frames, crop_frames)`` places each crop."""
+    out = [("full", audio)]
+    n = audio.frames
+    for length in CROPS_S:
+        m = round(length * audio.sample_rate)
+        if m > n:
+            continue
+        start = crop_start(length, n, m)
+        crop = type(audio)(np.ascontiguousarray(audio.samples[start : start + m]), audio.sample_rate)
+        out.append((f"{length:g}s", crop))
+    return out
+
+
+def templates(
+    engine: VoiceEngine, audio: Audio, crop_start: Callable[[float, int, int], int]
+) -> Iterator[tuple[str, VoiceTemplate]]:
+    """``("<piece>/<channel>", template)`` of every piece of ``audio`` through each of :data:`CHANNELS`;
+    a piece without speech gives none."""
+    from verilive.voice.engine import NoSpeech
+    from verilive.voice.schemas import ChannelType
+
+    for name, piece in pieces(audio, crop_start):
+        analysis = engine.analyse(piece)
+        for ch in CHANNELS:
+            try:
+                # plain CAM++ views: the attribute models are fitted and served on them
+                t = engine.create_template(piece, ChannelType(ch), analysis=analysis, adapted_telephone=False)
+            except NoSpeech:
+                continue
+            yield f"{name}/{ch}", t
+
+
+def rounded(a: np.ndarray) -> list[float]:
+    """Seven significant digits, for the model JSON files."""
+    return [float(f"{v:.7g}") for v in np.asarray(a, dtype=np.float64)]
