@@ -118,7 +118,6 @@ def test_face_too_small(engine: FaceEngine, portrait: np.ndarray) -> None:
         FaceEngine(
             engine.detector,
             engine.models,
-            engine.hyperfas,
             engine.facepad,
             validation=v,
             backbone=engine.backbone,

@@ -226,7 +226,6 @@ def test_the_face_service_requires_every_model_its_pipelines_run() -> None:
     model_of = {
         "minifasnet_v2": "minifasnet_v2",
         "minifasnet_v1se": "minifasnet_v1se",
-        "hyperfas": "hyperfas",
         "backbone": "efficientnet_lite0",
     }
     model_of["minifasnet_mean"] = "minifasnet_v1se"

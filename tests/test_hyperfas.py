@@ -18,9 +18,7 @@ from typing import Any
 import cv2
 import numpy as np
 import pytest
-
-from verilive.config import Settings
-from verilive.face.hyperfas import (
+from train.hyperfas import (
     FEATURE_DIM,
     INPUT_SIZE,
     MODEL_ID,
@@ -30,6 +28,8 @@ from verilive.face.hyperfas import (
     crop_box,
     preprocess,
 )
+
+from verilive.config import Settings
 from verilive.models.manifest import default_manifest
 from verilive.models.sessions import ModelRegistry
 from verilive.models.store import ModelStore

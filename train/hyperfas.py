@@ -5,7 +5,9 @@ rule: a square of half-side int(0.6 * max(w, h)) about the box centre, clipped t
 -> 224x224 INTER_LINEAR resize -> ``(pixel - 127.5) / 127.5`` NHWC, BGR -> ONNX model ``hyperfas`` ->
 P(live) and the 1024 features the final Dense layer reads. See docs/model-hyperfas.md.
 
-Runtime dependencies are numpy, opencv and onnxruntime only.
+Not part of the services: HyperFAS is a fusion candidate that ``train/face_pad_fusion.py`` compares
+(docs/model-facepad.md), so its wrapper lives beside that script. Dependencies are numpy, opencv and
+onnxruntime only; the model comes from the model store (``verilive models pull hyperfas``).
 """
 
 from __future__ import annotations

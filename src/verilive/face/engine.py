@@ -3,8 +3,8 @@
 One image goes through: decode (EXIF honoured, header checked before pixels) -> CenterFace
 detection -> validation in a fixed order of precedence -> the pipeline's branches on their crops of
 the largest face (MiniFASNetV2 at 2.7x the box, MiniFASNetV1SE at 4x, the face-only branch at
-1.1x, the EfficientNet-Lite0 backbone branch at 1.5x; HyperFAS at 1.2x if a pipeline's fusion names
-it; a branch no pipeline's fusion reads is not run) -> their live log-odds fused by the
+1.1x, the EfficientNet-Lite0 backbone branch at 1.5x; a branch no pipeline's fusion reads is not
+run) -> their live log-odds fused by the
 pipeline's logistic regression and guard (face/fusion.py) into a raw ``score`` -> ``probability``
 = sigmoid(score + calibration offset), and ``quality`` from face size, sharpness, exposure, pose
 and occlusion.
@@ -27,7 +27,6 @@ from verilive.face.burst import BurstCheck, BurstChecker
 from verilive.face.detector import Face, FaceDetector
 from verilive.face.facepad import FacePAD
 from verilive.face.fusion import PipelineFusion, load_fusion
-from verilive.face.hyperfas import HyperFAS
 from verilive.face.image import DecodedImage, ImageError, decode_image
 from verilive.face.mesh import FaceMesh
 from verilive.face.minifasnet import V1SE, V2, MiniFASNet, retinaface_like_box
@@ -241,7 +240,6 @@ class FaceEngine:
         self,
         detector: FaceDetector,
         models: dict[str, MiniFASNet],
-        hyperfas: HyperFAS | None,
         facepad: FacePAD,
         fusion: dict[str, PipelineFusion] | None = None,
         validation: Validation = Validation(),
@@ -258,14 +256,11 @@ class FaceEngine:
         # score) or require (anything but 3D caps it; without a checker every series is capped).
         self.motion3d_mode: SeriesMode = motion3d_mode
         self.models = models
-        self.hyperfas = hyperfas
         self.facepad = facepad
         self.backbone = backbone
         self.fusion = fusion if fusion is not None else load_fusion()
         # Crops are cut only for the branches some pipeline reads.
         self.branches = sorted({b for f in self.fusion.values() for b in f.needs})
-        if "hyperfas" in self.branches and hyperfas is None:
-            raise ValueError("a face pipeline needs HyperFAS, but no HyperFAS model was given")
         if "backbone" in self.branches and backbone is None:
             raise ValueError("a face pipeline needs the backbone branch, but no backbone was given")
         self.validation = validation
@@ -284,7 +279,6 @@ class FaceEngine:
         return cls(
             detector,
             {m: MiniFASNet.from_registry(registry, m) for m in (V2, V1SE)},
-            HyperFAS.from_registry(registry) if "hyperfas" in needs else None,
             FacePAD.load(),
             fusion,
             validation=Validation.from_settings(settings),
@@ -381,8 +375,6 @@ class FaceEngine:
         }
         box = face_xywh(face)
         crops = {branch: self.models[mid].crop(img, box) for branch, mid in MINIFASNET_BRANCHES.items()}
-        if self.hyperfas is not None and "hyperfas" in self.branches:
-            crops["hyperfas"] = self.hyperfas.crop(img, face.box)
         crops["facepad"] = self.facepad.crop(img, face.box)
         if self.backbone is not None and "backbone" in self.branches:
             crops["backbone"] = self.backbone.crop(img, face.box)
@@ -458,9 +450,6 @@ class FaceEngine:
                 # The engine's score before the face-only branch: logit of the mean live probability.
                 p = [MiniFASNet.live_probability(minifasnet(m)) for m in MINIFASNET_BRANCHES]
                 out[b] = logit(np.mean(p, axis=0))
-            elif b == "hyperfas" and self.hyperfas is not None:
-                p_live, _ = self.hyperfas.predict(np.stack([c.crops[b] for c in checked]))
-                out[b] = logit(np.asarray(p_live, dtype=np.float64))
             elif b == "facepad":
                 out[b] = self.facepad.live_log_odds(np.stack([c.crops[b] for c in checked]))
             elif b == "backbone" and self.backbone is not None:

@@ -25,12 +25,11 @@ import numpy as np
 from verilive.face.pipelines import PIPELINES, Calibration
 from verilive.models.store import packaged_path
 
-FUSION_FILE = "fusion.json"
 PACKAGED_ID = "face_fusion"  # its id in the manifest's packaged section
 # "minifasnet_mean" is the logit of the mean MiniFASNet live probability: the engine's score before
 # the face-only branch, kept as a guard. "backbone" is the EfficientNet-Lite0 head on a 1.5x crop
 # (face/backbone.py).
-BRANCHES = ("minifasnet_v2", "minifasnet_v1se", "hyperfas", "facepad", "backbone", "minifasnet_mean")
+BRANCHES = ("minifasnet_v2", "minifasnet_v1se", "facepad", "backbone", "minifasnet_mean")
 
 
 @dataclass(frozen=True)

@@ -96,9 +96,6 @@ class ModelRegistry:
         """A model the project ships in its package (manifest ``packaged``); never pulled."""
         return self.store.packaged_path(file_id)
 
-    def is_loaded(self, model_id: str) -> bool:
-        return model_id in self._sessions
-
     def status(self, ids: Iterable[str] | None = None) -> dict[str, dict[str, Any]]:
         """Per model: loaded, installed, error, version, sha256, licence (for /health)."""
         wanted = list(dict.fromkeys([*(self.ids if ids is None else ids), *self._sessions, *self._errors]))

@@ -48,11 +48,6 @@ def unregister_converter(name: str) -> None:
         _registry.pop(name, None)
 
 
-def registered_converters() -> dict[str, Converter]:
-    with _lock:
-        return dict(_registry)
-
-
 def resolve_converter(ref: str) -> Converter:
     """Find the converter a manifest names; ModelError (with the install hint) if an extra is missing."""
     with _lock:
