@@ -26,10 +26,10 @@ import cv2
 import numpy as np
 from common.repo import data_root
 
+from train import hyperfas
 from train.face_pad import fit_logistic
 from train.face_pad_data import CACHE, Item, load
 from verilive.config import Settings
-from verilive.face import hyperfas
 from verilive.face.minifasnet import V1SE, V2, MiniFASNet
 from verilive.models.sessions import ModelRegistry
 
