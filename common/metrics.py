@@ -74,6 +74,16 @@ def eer(scores: np.ndarray, labels: np.ndarray) -> tuple[float, float]:
     return float(m0 + alpha * (m1 - m0)), float(thr)
 
 
+def eer_between(target: np.ndarray, nontarget: np.ndarray) -> float:
+    """:func:`eer` of ``target`` scores (bona fide, same speaker) against ``nontarget`` scores; NaN
+    when either set is empty or holds a NaN (a figure that cannot be measured)."""
+    t = np.asarray(target, dtype=np.float64).ravel()
+    n = np.asarray(nontarget, dtype=np.float64).ravel()
+    if t.size == 0 or n.size == 0 or np.isnan(t).any() or np.isnan(n).any():
+        return float("nan")
+    return eer(np.concatenate([t, n]), np.r_[np.ones(t.size, bool), np.zeros(n.size, bool)])[0]
+
+
 def _dcf_norm(p_target: float, c_miss: float, c_fa: float) -> float:
     return min(c_miss * p_target, c_fa * (1.0 - p_target))
 

@@ -4,7 +4,7 @@
     python -m eval.antispoof [--cache DIR] [--no-docs]
 
 Every held-out clip (speakers and TTS voices the model never trained on; the split of
-``train.antispoof.split_of``, recorded in the model's metadata) and every unseen-domain bona fide
+``train.antispoof.split.split_of``, recorded in the model's metadata) and every unseen-domain bona fide
 clip (Debian speech packages) goes through ``AntiSpoof.evaluate`` as the service runs it: the
 engine's Silero VAD for the suitability checks, then spectrogram, utterance cues, CAM++ front
 statistics and the network. Printed: the EER of ``score`` (P(bona fide)) pooled, per attack class,
@@ -53,7 +53,7 @@ def channel_group(channel: str) -> str:
 
 def main() -> None:
     import soundfile as sf
-    from train.antispoof import split_of
+    from train.antispoof.split import split_of
     from train.antispoof_data import DEFAULT_CACHE, EVAL_ONLY, for_training, read_manifest
 
     from verilive.audio import Audio

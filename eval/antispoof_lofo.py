@@ -27,14 +27,15 @@ MODEL = Path(__file__).resolve().parents[1] / "src" / "verilive" / "voice" / "an
 
 def fused(branches: np.ndarray, weights: np.ndarray) -> np.ndarray:
     """Weighted sum of the branches' bona fide log-odds; ``branches`` (branches, clips, 4) logits."""
-    from train.antispoof import bona_logodds
+    from train.antispoof.fusion import bona_log_odds
 
-    return sum(w * bona_logodds(z) for w, z in zip(weights, branches, strict=False))  # type: ignore[return-value]
+    return sum(w * bona_log_odds(z) for w, z in zip(weights, branches, strict=False))  # type: ignore[return-value]
 
 
 def main() -> None:
     import onnx
-    from train.antispoof import BRANCHES, eer
+    from common.metrics import eer_between
+    from train.antispoof.fusion import BRANCHES
     from train.antispoof_data import DEFAULT_CACHE, NEW_FAMILIES
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -60,7 +61,7 @@ def main() -> None:
         k = len(weights)
         scores = [fused(br, weights), fused(br, np.ones(k))]
         scores += [fused(br[i : i + 1], np.ones(1)) for i in range(k)]
-        rows[fam] = [eer(s[:nb], s[nb:]) for s in scores]
+        rows[fam] = [eer_between(s[:nb], s[nb:]) for s in scores]
         cells = " | ".join(f"{100 * e:.1f} %" for e in rows[fam])
         print(f"| {fam} | {br.shape[1] - nb} | {nb} | {cells} |")
     if not rows:

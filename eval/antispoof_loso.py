@@ -23,7 +23,7 @@ OUT_PNG = Path(__file__).resolve().parents[1] / "docs" / "antispoof_loso_det.png
 
 
 def main() -> None:
-    from train.antispoof import BANDS, LOSO_SOURCES, MIN_OWN_BONA
+    from train.antispoof.loso import BANDS, LOSO_SOURCES, MIN_OWN_BONA
     from train.antispoof_data import DEFAULT_CACHE, read_manifest
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)

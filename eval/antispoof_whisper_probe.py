@@ -92,7 +92,9 @@ def fit_score(x: np.ndarray, y: np.ndarray, train: np.ndarray, test: np.ndarray)
 
 
 def main() -> None:
-    from train.antispoof import LOSO_SOURCES, MIN_OWN_BONA, eer, origin_of, split_of
+    from common.metrics import eer_between
+    from train.antispoof.loso import LOSO_SOURCES, MIN_OWN_BONA, origin_of
+    from train.antispoof.split import split_of
     from train.antispoof_data import DEFAULT_CACHE, EVAL_ONLY, NEW_FAMILIES, read_manifest
 
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -121,7 +123,7 @@ def main() -> None:
         if len(spoof) == 0:
             continue
         against = bona if len(bona) >= MIN_OWN_BONA else pooled
-        loso[src] = eer(against, spoof)
+        loso[src] = eer_between(against, spoof)
         print(f"  {src:28s} bona {len(against):4d} spoof {len(spoof):4d}  EER {loso[src]:.1%}")
     vals = list(loso.values())
     eight = [v for k, v in loso.items() if k.startswith("spoof_")]
@@ -139,7 +141,7 @@ def main() -> None:
             continue
         train = (gen != fam) & ~test_spk
         s = fit_score(x, y, train, np.concatenate([bona_test, held]))
-        lofo[fam] = eer(s[: len(bona_test)], s[len(bona_test) :])
+        lofo[fam] = eer_between(s[: len(bona_test)], s[len(bona_test) :])
         print(f"  {fam:12s} spoof {len(held):4d} vs {len(bona_test)} test bona fide  EER {lofo[fam]:.1%}")
     if lofo:
         print(f"  mean {np.mean(list(lofo.values())):.1%}")

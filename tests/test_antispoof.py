@@ -569,7 +569,7 @@ def test_telephone_and_mp3_versions_of_bona_fide_stay_above_the_threshold(
 @pytest.mark.slow
 def test_exported_model_matches_the_trained_one(anti: AntiSpoof) -> None:
     """The training run kept the trained graph's logits for a fixed input in the model's metadata."""
-    from train.antispoof import check_input
+    from train.antispoof.export import check_input
 
     check = anti.meta["check"]
     dims = check.get("whisper_dims", 0)

@@ -1,10 +1,10 @@
 """The anti-spoofing model's Whisper branch inputs and the fusion weights learned out of source
-(train/antispoof.py; docs/antispoof.md, Model)."""
+(train/antispoof/fusion.py; docs/antispoof.md, Model)."""
 
 from __future__ import annotations
 
 import numpy as np
-from train.antispoof import fit_weights
+from train.antispoof.fusion import fit_weights
 
 from verilive.voice.antispoof import SR, whisper_input, whisper_stats
 

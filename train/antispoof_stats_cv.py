@@ -19,9 +19,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+from common.metrics import eer_between
 
-from train.antispoof import CLASSES, crc, eer, fcm_stats, split_of
+from train.antispoof.features import fcm_stats
+from train.antispoof.split import crc, split_of
 from train.antispoof_data import DEFAULT_CACHE, for_training, read_manifest
+from verilive.voice.antispoof import CLASSES
 
 LOGO_GENERATORS = ("world", "griffin-lim", "festival", "espeak-ng", "piper-vits", "replay-phone")
 MIN_FRAMES = 50
@@ -80,9 +83,10 @@ def main() -> None:
             for k in range(args.folds):
                 odds[fold == k] = bona_odds(x[fold != k], lab[fold != k], x[fold == k], c)
             bona = odds[lab == 0]
-            per = " ".join(f"{g} {100 * eer(bona, odds[gen == g]):.1f}" for g in LOGO_GENERATORS)
+            per = " ".join(f"{g} {100 * eer_between(bona, odds[gen == g]):.1f}" for g in LOGO_GENERATORS)
             print(
-                f"{name:<28} C={c:<6g} pooled {100 * eer(bona, odds[lab != 0]):5.2f} %  ({per})", flush=True
+                f"{name:<28} C={c:<6g} pooled {100 * eer_between(bona, odds[lab != 0]):5.2f} %  ({per})",
+                flush=True,
             )
         logo = {}
         for g in LOGO_GENERATORS:
@@ -90,7 +94,7 @@ def main() -> None:
             for k in range(args.folds):
                 tr = (fold != k) & (gen != g)
                 odds[fold == k] = bona_odds(x[tr], lab[tr], x[fold == k], 0.01)
-            logo[g] = eer(odds[lab == 0], odds[gen == g])
+            logo[g] = eer_between(odds[lab == 0], odds[gen == g])
         per = " ".join(f"{g} {100 * v:.1f}" for g, v in logo.items())
         mean = 100 * np.mean(list(logo.values()))
         print(f"{name:<28} C=0.01   generator left out: mean {mean:5.2f} %  ({per})")
