@@ -1,16 +1,71 @@
-"""Verification and calibration metrics (numpy and scipy only).
+"""The metrics of eval/ and train/: EER, DCF and DET, calibration, DER, and the numeric helpers.
 
-Conventions: a higher score means "more likely the same speaker"; a trial is accepted when its
-score is at or above the threshold. ``labels`` are booleans, True for a target (same-speaker)
-trial. Error rates are fractions in [0, 1], not percentages.
+Conventions: a higher score means "more likely the same speaker" (or bona fide, or live); a trial
+is accepted when its score is at or above the threshold. ``labels`` are booleans, True for a target
+(same-speaker, bona fide) trial. Error rates are fractions in [0, 1], not percentages.
+
+**One EER definition** (``eer``; ``eer_between`` for two score sets): miss and false-alarm rates at
+every threshold that changes a decision, and their crossing, linearly interpolated between the two
+operating points either side of it. The other definition the repository used until issue 45 (the
+anti-spoofing training script, ``eval/antispoof_lofo.py``, ``eval/antispoof_whisper_probe.py`` and
+``train/antispoof_stats_cv.py``) took the nearest point: the threshold where |miss - false alarm| is
+smallest, and the mean of the two rates there. The interpolated one is kept because it is the crossing
+of the error curve itself, symmetric in the two error types and not tied to which sampled threshold
+happens to lie nearest (on a source with a few dozen clips the two differ by up to half a step of
+1/n); it also gives a threshold between two scores, which the evals use for ``rates_at``; and most
+published figures (verification, telephone, face, the anti-spoofing end-to-end and leave-one-source-out
+evals) were already computed with it, so unifying on it changes the fewest of them. docs/antispoof.md
+says which of its figures were measured with the nearest point, and by how much they differ.
+
+DER: ``der_score`` (pyannote.metrics, collar on each side of a boundary), ``DerScore`` (components in
+seconds, accumulated over files) and ``der_interval`` (files redrawn with replacement).
+
+Numeric helpers: ``logit``, ``sigmoid``, ``sigmoid_array`` and ``softmax`` are the runtime's
+(``verilive.numeric``), re-exported here so that eval/ and train/ take every metric and helper from
+this one module; src/ never imports common/.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 from scipy.special import ndtri
+
+from verilive.numeric import logit, sigmoid, sigmoid_array, softmax
+
+if TYPE_CHECKING:
+    from pyannote.core import Annotation, Timeline
+
+__all__ = [
+    "DER_COLLAR_S",
+    "P_TARGET_DCF",
+    "DerScore",
+    "DetCurve",
+    "ErrorCurve",
+    "Reliability",
+    "bootstrap_eer",
+    "brier",
+    "cllr",
+    "dcf_at",
+    "der_interval",
+    "der_score",
+    "det_curve",
+    "eer",
+    "eer_between",
+    "error_curve",
+    "log_loss",
+    "logit",
+    "min_dcf",
+    "probit",
+    "rates_at",
+    "reliability",
+    "sigmoid",
+    "sigmoid_array",
+    "softmax",
+]
 
 P_TARGET_DCF = 0.01
 
@@ -207,19 +262,6 @@ def cllr(llr: np.ndarray, labels: np.ndarray) -> float:
     return float((c_t + c_n) / (2 * np.log(2)))
 
 
-def logit(p: float | np.ndarray) -> float | np.ndarray:
-    p = np.asarray(p, dtype=np.float64)
-    out = np.log(p) - np.log1p(-p)
-    return float(out) if out.ndim == 0 else out
-
-
-def sigmoid(x: float | np.ndarray) -> float | np.ndarray:
-    from scipy.special import expit
-
-    out = expit(np.asarray(x, dtype=np.float64))
-    return float(out) if np.ndim(out) == 0 else out
-
-
 def bootstrap_eer(
     scores: np.ndarray,
     labels: np.ndarray,
@@ -248,3 +290,77 @@ def bootstrap_eer(
         values[b] = eer(scores[idx], labels[idx])[0]
     tail = (1 - level) / 2
     return float(np.quantile(values, tail)), float(np.quantile(values, 1 - tail))
+
+
+# ------------------------------------------------------------------------------ diarization (DER)
+
+DER_COLLAR_S = 0.25  # forgiveness on each side of every reference boundary, seconds (md-eval's -c)
+
+
+@dataclass
+class DerScore:
+    """DER components in seconds of scored speaker time, and JER, for one file or accumulated."""
+
+    total: float = 0.0  # reference speaker time scored (overlap counts once per speaker)
+    missed: float = 0.0
+    false_alarm: float = 0.0
+    confusion: float = 0.0
+    jer_sum: float = 0.0  # pyannote's JER accumulates per-speaker Jaccard errors
+    jer_n: float = 0.0
+
+    @property
+    def der(self) -> float:
+        return (self.missed + self.false_alarm + self.confusion) / self.total if self.total else 0.0
+
+    @property
+    def jer(self) -> float:
+        return self.jer_sum / self.jer_n if self.jer_n else 0.0
+
+    def __iadd__(self, other: DerScore) -> DerScore:
+        for f in dataclasses.fields(self):
+            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
+        return self
+
+
+def der_score(
+    reference: Annotation,
+    hypothesis: Annotation,
+    uem: Timeline | None = None,
+    collar_s: float = DER_COLLAR_S,
+    skip_overlap: bool = False,
+) -> DerScore:
+    """DER and JER of one file with pyannote.metrics.
+
+    ``collar_s`` is the forgiveness on **each side** of every reference boundary (md-eval's ``-c``);
+    pyannote's own ``collar`` is the total width, hence the factor 2. ``uem`` limits scoring to the
+    annotated part (the whole reference and hypothesis extent when None, as pyannote does).
+    """
+    from pyannote.metrics.diarization import DiarizationErrorRate, JaccardErrorRate
+
+    d = DiarizationErrorRate(collar=2 * collar_s, skip_overlap=skip_overlap)(
+        reference, hypothesis, uem=uem, detailed=True
+    )
+    j = JaccardErrorRate(collar=2 * collar_s, skip_overlap=skip_overlap)(
+        reference, hypothesis, uem=uem, detailed=True
+    )
+    return DerScore(
+        total=d["total"],
+        missed=d["missed detection"],
+        false_alarm=d["false alarm"],
+        confusion=d["confusion"],
+        jer_sum=j["speaker error"],
+        jer_n=j["speaker count"],
+    )
+
+
+def der_interval(
+    scores: list[DerScore], n_boot: int = 2000, level: float = 0.95, seed: int = 0
+) -> tuple[float, float]:
+    """Percentile interval of the overall DER when the files are redrawn with replacement: how much
+    the figure depends on which recordings happen to be in the set."""
+    err = np.array([s.missed + s.false_alarm + s.confusion for s in scores])
+    ref = np.array([s.total for s in scores])
+    picks = np.random.default_rng(seed).integers(0, len(scores), (n_boot, len(scores)))
+    ders = err[picks].sum(axis=1) / np.maximum(ref[picks].sum(axis=1), 1e-9)
+    tail = (1 - level) / 2
+    return float(np.quantile(ders, tail)), float(np.quantile(ders, 1 - tail))

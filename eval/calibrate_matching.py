@@ -29,7 +29,6 @@ from pathlib import Path
 import numpy as np
 from common import metrics
 from common.repo import REPO, data_root, replace_section
-from scipy.special import expit
 
 from eval.trials import DOCS_MD, Trial, build_trials, labels_of, trials_digest
 from eval.verification import DEFAULT_CACHE, FAIL_SCORE, all_systems, score_trials
@@ -67,7 +66,7 @@ def fit_logistic(x: np.ndarray, y: np.ndarray, iters: int = 200, tol: float = 1e
     design = np.stack([x, np.ones_like(x)], axis=1)
     ll = _log_likelihood(design, t, w)
     for _ in range(iters):
-        p = expit(design @ w)
+        p = metrics.sigmoid_array(design @ w)
         grad = design.T @ (t - p)
         hess = (design * (p * (1 - p))[:, None]).T @ design + 1e-9 * np.eye(2)
         step = np.linalg.solve(hess, grad)
@@ -90,7 +89,7 @@ def fit_logistic(x: np.ndarray, y: np.ndarray, iters: int = 200, tol: float = 1e
 
 
 def predict(a: float, b: float, x: np.ndarray) -> np.ndarray:
-    return expit(a * np.asarray(x, dtype=np.float64) + b)
+    return metrics.sigmoid_array(a * np.asarray(x, dtype=np.float64) + b)
 
 
 # ---------------------------------------------------------------------------------- speaker folds
@@ -136,7 +135,7 @@ class CalibrationQuality:
 
 
 def quality(p: np.ndarray, y: np.ndarray, prior: float) -> CalibrationQuality:
-    llr = np.asarray(metrics.logit(np.clip(p, 1e-15, 1 - 1e-15))) - metrics.logit(prior)
+    llr = metrics.logit(p, eps=1e-15) - metrics.logit(prior)
     bayes_thr = -float(metrics.logit(metrics.P_TARGET_DCF))  # accept when LLR >= log(99)
     return CalibrationQuality(
         ece=metrics.reliability(p, y, N_BINS).ece,

@@ -21,7 +21,6 @@ Checked on the ES2014c pair from SpeechBrain, whose md-eval result is known (tes
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import itertools
 import os
 import re
@@ -33,13 +32,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from common.metrics import DER_COLLAR_S, der_interval
+from common.metrics import DerScore as Score  # the DER helpers live in common/metrics.py
+from common.metrics import der_score as score
 
 if TYPE_CHECKING:
     from pyannote.core import Annotation, Timeline
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 DEV = "voice/ami_diarization_dev"
-COLLAR_S = 0.25
+COLLAR_S = DER_COLLAR_S
 # The settings grid of the leave-one-excerpt-out estimate: (speech, overlap) thresholds of the
 # local decision, and the clustering threshold.
 DECISION_GRID = tuple(itertools.product((0.5, 0.6, 0.7), (0.1, 0.2, 0.3)))
@@ -95,65 +97,6 @@ def turns_to_annotation(
         for i, (s, e) in enumerate(spans):
             ann[Segment(s / sample_rate, e / sample_rate), f"{key}.{i}"] = key
     return ann
-
-
-# ------------------------------------------------------------------------------ scoring
-
-
-@dataclass
-class Score:
-    """DER components in seconds of scored speaker time, and JER, for one file or accumulated."""
-
-    total: float = 0.0  # reference speaker time scored (overlap counts once per speaker)
-    missed: float = 0.0
-    false_alarm: float = 0.0
-    confusion: float = 0.0
-    jer_sum: float = 0.0  # pyannote's JER accumulates per-speaker Jaccard errors
-    jer_n: float = 0.0
-
-    @property
-    def der(self) -> float:
-        return (self.missed + self.false_alarm + self.confusion) / self.total if self.total else 0.0
-
-    @property
-    def jer(self) -> float:
-        return self.jer_sum / self.jer_n if self.jer_n else 0.0
-
-    def __iadd__(self, other: Score) -> Score:
-        for f in dataclasses.fields(self):
-            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
-        return self
-
-
-def score(
-    reference: Annotation,
-    hypothesis: Annotation,
-    uem: Timeline | None = None,
-    collar_s: float = COLLAR_S,
-    skip_overlap: bool = False,
-) -> Score:
-    """DER and JER of one file with pyannote.metrics.
-
-    ``collar_s`` is the forgiveness on **each side** of every reference boundary (md-eval's ``-c``);
-    pyannote's own ``collar`` is the total width, hence the factor 2. ``uem`` limits scoring to the
-    annotated part (the whole reference and hypothesis extent when None, as pyannote does).
-    """
-    from pyannote.metrics.diarization import DiarizationErrorRate, JaccardErrorRate
-
-    d = DiarizationErrorRate(collar=2 * collar_s, skip_overlap=skip_overlap)(
-        reference, hypothesis, uem=uem, detailed=True
-    )
-    j = JaccardErrorRate(collar=2 * collar_s, skip_overlap=skip_overlap)(
-        reference, hypothesis, uem=uem, detailed=True
-    )
-    return Score(
-        total=d["total"],
-        missed=d["missed detection"],
-        false_alarm=d["false alarm"],
-        confusion=d["confusion"],
-        jer_sum=j["speaker error"],
-        jer_n=j["speaker count"],
-    )
 
 
 # ------------------------------------------------------------------------------ the dev set
@@ -306,19 +249,6 @@ def long_run(diarizer: Any, excerpts: list[Excerpt], minutes: float) -> tuple[fl
 
 
 # ------------------------------------------------------------------------------ report
-
-
-def der_interval(
-    scores: list[Score], n_boot: int = 2000, level: float = 0.95, seed: int = 0
-) -> tuple[float, float]:
-    """Percentile interval of the overall DER when the files are redrawn with replacement: how much
-    the figure depends on which recordings happen to be in the set."""
-    err = np.array([s.missed + s.false_alarm + s.confusion for s in scores])
-    ref = np.array([s.total for s in scores])
-    picks = np.random.default_rng(seed).integers(0, len(scores), (n_boot, len(scores)))
-    ders = err[picks].sum(axis=1) / np.maximum(ref[picks].sum(axis=1), 1e-9)
-    tail = (1 - level) / 2
-    return float(np.quantile(ders, tail)), float(np.quantile(ders, 1 - tail))
 
 
 def pct(x: float) -> str:

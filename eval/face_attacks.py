@@ -43,7 +43,6 @@ from verilive.face.engine import ErrorCode, FaceEngine, face_extent
 from verilive.face.fusion import load_fusion
 from verilive.face.pipelines import PIPELINES, Calibration
 from verilive.models.sessions import ModelRegistry
-from verilive.numeric import sigmoid
 
 DOCS_MD = REPO / "docs" / "face-eval.md"
 DOCS_PNG = REPO / "docs" / "face_attacks.png"
@@ -178,7 +177,7 @@ def offset(pipeline: str, calibration: Calibration) -> float:
 
 
 def is_live(score: float, pipeline: str, calibration: Calibration) -> bool:
-    return sigmoid(score + offset(pipeline, calibration)) >= 0.5
+    return metrics.sigmoid(score + offset(pipeline, calibration)) >= 0.5
 
 
 # ------------------------------------------------------------------ tables

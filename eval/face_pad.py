@@ -33,7 +33,6 @@ from verilive.face.engine import FaceEngine
 from verilive.face.fusion import load_fusion
 from verilive.face.pipelines import Calibration
 from verilive.models.sessions import ModelRegistry
-from verilive.numeric import sigmoid
 
 DOCS_MD = REPO / "docs" / "face-eval.md"
 DOCS_PNG = REPO / "docs" / "face_pad_det.png"
@@ -149,7 +148,9 @@ def outside_and_service(items: list[Item], cache: Path) -> str:
         cells = []
         for c in CALS:
             off = engine.offset("ensemble", c)
-            cells.append(_pct(float(np.mean([sigmoid(s + off) >= 0.5 for s in ok_s]))) if ok_s else "–")
+            cells.append(
+                _pct(float(np.mean([metrics.sigmoid(s + off) >= 0.5 for s in ok_s]))) if ok_s else "–"
+            )
         rows.append(f"| {g} | {len(rs)} | {len(ok_s)} | " + " | ".join(cells) + " |")
     engine.close()
     return "\n".join(rows)

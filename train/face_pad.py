@@ -30,6 +30,7 @@ from pathlib import Path
 import cv2
 import numpy as np
 import torch
+from common.metrics import sigmoid_array
 from torch import nn
 
 from train.face_pad_data import CACHE, FOLDS, Item, load
@@ -206,7 +207,7 @@ def fit_logistic(x: np.ndarray, y: np.ndarray, l2: float = 1e-2) -> tuple[np.nda
     reg = np.full(d + 1, l2 * n)
     reg[-1] = 0.0
     for _ in range(50):
-        p = 1 / (1 + np.exp(-(xa @ w)))
+        p = sigmoid_array(xa @ w)
         g = xa.T @ (sw * (p - y)) + reg * w
         h = (xa * (sw * p * (1 - p))[:, None]).T @ xa + np.diag(reg) + 1e-9 * np.eye(d + 1)
         step = np.linalg.solve(h, g)

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import cv2
 import numpy as np
+from common.metrics import logit, softmax
 from common.repo import data_root
 
 from train import hyperfas
@@ -82,12 +83,6 @@ ENSEMBLE_CANDIDATES = tuple(
 # BPCER on live photos that each calibration is set to (docs/face.md): REGULAR rejects about 1 live
 # photo in 40, HARDENED 1 in 12, SOFT 1 in 200.
 TARGET_BPCER = {"REGULAR": 0.025, "HARDENED": 0.08, "SOFT": 0.005}
-EPS = 1e-6
-
-
-def _logit(p: np.ndarray) -> np.ndarray:
-    q = np.clip(p, EPS, 1 - EPS)
-    return np.log(q) - np.log1p(-q)
 
 
 def pretrained_scores(items: list[Item], crops: dict[str, np.ndarray], cache: Path) -> dict[str, np.ndarray]:
@@ -98,9 +93,8 @@ def pretrained_scores(items: list[Item], crops: dict[str, np.ndarray], cache: Pa
     for mid, name in ((V2, "minifasnet_v2"), (V1SE, "minifasnet_v1se")):
         logits = MiniFASNet.from_registry(reg, mid).logits(crops[mid])
         out[name] = MiniFASNet.live_log_odds(logits)
-        z = logits - logits.max(axis=1, keepdims=True)
-        p_mean += (np.exp(z) / np.exp(z).sum(axis=1, keepdims=True))[:, 1] / 2
-    out["minifasnet_mean"] = _logit(p_mean)  # what the ensemble pipeline answered before
+        p_mean += softmax(logits)[:, 1] / 2
+    out["minifasnet_mean"] = logit(p_mean)  # what the ensemble pipeline answered before
     model = hyperfas.HyperFAS.from_registry(reg)
     root = data_root()
     hc = []
@@ -109,7 +103,7 @@ def pretrained_scores(items: list[Item], crops: dict[str, np.ndarray], cache: Pa
         img = cv2.imread(str(base / it.path), cv2.IMREAD_COLOR)
         hc.append(hyperfas.crop(img, it.box))
     p, _ = model.predict(np.stack(hc))
-    out["hyperfas"] = _logit(np.asarray(p, np.float64))
+    out["hyperfas"] = logit(np.asarray(p, np.float64))
     return out
 
 
