@@ -311,12 +311,14 @@ class FaceEngine:
                 ErrorCode.TOO_MANY_FACES,
                 f"{1 + len(others)} faces were found; the image must show one person",
             )
-        ipd = face.interpupillary_distance
-        absolute = face.height < v.min_face_px or ipd < v.min_interpupillary_px
+        # Pixel sizes in the image as sent: a sparse JPEG is decoded scaled down (face/image.py).
+        scale = image.reduction
+        ipd, face_px = face.interpupillary_distance * scale, face.height * scale
+        absolute = face_px < v.min_face_px or ipd < v.min_interpupillary_px
         if absolute or face.height < v.min_face_relative * h:
             return Rejection(
                 ErrorCode.FACE_TOO_SMALL,
-                f"The face is too small: {face.height:.0f} px high ({face.height / h:.0%} of the image), "
+                f"The face is too small: {face_px:.0f} px high ({face.height / h:.0%} of the image), "
                 f"{ipd:.0f} px between the eyes; at least {v.min_face_px:.0f} px, "
                 f"{v.min_face_relative:.0%} and {v.min_interpupillary_px:.0f} px are needed",
                 relative_only=not absolute,
@@ -346,10 +348,11 @@ class FaceEngine:
             return Rejection(
                 ErrorCode.FACE_IS_OCCLUDED, f"The face is covered (most at: {worst.replace('_', ' ')})"
             )
-        if min(w, h) < v.min_image_side:
+        if min(image.width, image.height) < v.min_image_side:
             return Rejection(
                 ErrorCode.IMAGE_TOO_SMALL,
-                f"The image is {w}x{h}; its shorter side must be at least {v.min_image_side} px",
+                f"The image is {image.width}x{image.height}; its shorter side must be at least "
+                f"{v.min_image_side} px",
             )
         q = quality_factors(
             img,
@@ -359,7 +362,7 @@ class FaceEngine:
             face.pitch,
             face.roll,
             occ.score,
-            min_interpupillary_px=v.min_interpupillary_px,
+            min_interpupillary_px=v.min_interpupillary_px / scale,
         )
         details = {
             "face_score": face.score,
