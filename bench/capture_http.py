@@ -78,7 +78,7 @@ def latency(requests: int, scale: float) -> None:
             "VERILIVE_CAPTURE_PRIVATE_KEYS": json.dumps([str(KEY)]),
             "VERILIVE_CAPTURE_REPLAY_URL": f"{tmp}/replay.sqlite3",
             "VERILIVE_BI_DATABASE_URL": f"{tmp}/bi.sqlite3",
-            "VERILIVE_CAPTURE_BURST_LIMIT": "100000",
+            "VERILIVE_CAPTURE_DEVICE_CAPTURES_PER_MINUTE": "100000",
             "VERILIVE_CAPTURE_MOTION3D": "use",  # still images: the same path as before require
         }
         with server("face", env) as (face_url, _), server("capture", env) as (cap_url, _):
@@ -123,7 +123,9 @@ def overhead(repeats: int) -> None:
     img = decode_image(FACE.read_bytes()).bgr
     with tempfile.TemporaryDirectory() as tmp:
         store = SqliteReplayStore(f"{tmp}/replay.sqlite3")
-        engine = CaptureEngine(face, store, build_allowlist(), CaptureConfig(burst_limit=10**9))
+        engine = CaptureEngine(
+            face, store, build_allowlist(), CaptureConfig(device_captures_per_minute=10**9)
+        )
         face_ms, cap_ms = [], []
         for i in range(repeats + 3):
             data = variant(img, i)

@@ -16,7 +16,7 @@ Main endpoints and bodies:
            so that no image hash repeats) around the same 640x480 frame; the bundles of a level are
            built before it starts so that client-side encryption does not compete for the CPU.
 
-The capture server runs with VERILIVE_CAPTURE_BURST_LIMIT=1000000: every request comes from the
+The capture server runs with VERILIVE_CAPTURE_DEVICE_CAPTURES_PER_MINUTE=1000000: every request comes from the
 same Python client "device", and the default limit (10 a minute) would rightly call that
 suspicious. Other jobs may share the machine: the load average is printed around every level.
 """
@@ -192,7 +192,7 @@ def server_env(service: str, tmp: str, workers: int) -> dict[str, str]:
         env |= {
             "VERILIVE_CAPTURE_PRIVATE_KEYS": json.dumps([str(KEY)]),
             "VERILIVE_CAPTURE_REPLAY_URL": f"{tmp}/replay.sqlite3",
-            "VERILIVE_CAPTURE_BURST_LIMIT": "1000000",  # one client "device" sends everything
+            "VERILIVE_CAPTURE_DEVICE_CAPTURES_PER_MINUTE": "1000000",  # one client "device" sends everything
             # Still images only, as before the 3D check was required: the load is the still's path.
             "VERILIVE_CAPTURE_MOTION3D": "use",
         }

@@ -24,7 +24,7 @@ import soxr
 
 from bench._common import SHARED, rss_mb, server, server_ms, summary
 from verilive.voice.engine import INIT_DATA_ID
-from verilive.voice.idlist import IdentificationList, quantise
+from verilive.voice.identification import IdentificationList, quantise
 
 LIBRI = SHARED / "data/voice/librispeech_251spk_gender"
 

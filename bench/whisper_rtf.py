@@ -17,7 +17,7 @@ import soundfile as sf
 
 from bench._common import SHARED
 from verilive.models.sessions import ModelRegistry
-from verilive.voice.whisper import BASE_MODEL_ID, MODEL_ID, WhisperEncoder
+from verilive.voice.whisper import BASE_MODEL_ID, TINY_EN_MODEL_ID, WhisperEncoder
 
 SPEECH = SHARED / "data" / "voice" / "librispeech_251spk_gender"
 
@@ -27,7 +27,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=10)
     args = ap.parse_args()
     audio = np.concatenate([sf.read(p, dtype="float32")[0] for p in sorted(SPEECH.glob("*.flac"))[:6]])
-    for model in (MODEL_ID, BASE_MODEL_ID):
+    for model in (TINY_EN_MODEL_ID, BASE_MODEL_ID):
         enc = WhisperEncoder.from_registry(ModelRegistry(ids=[model]), model)
         for seconds in (2, 5, 10):
             clip = audio[: seconds * 16000]

@@ -68,7 +68,8 @@ def main() -> None:
 
     if not (args.cache / "manifest.csv").exists():
         raise SystemExit(f"no clips in {args.cache}: run python -m train.antispoof_data first")
-    anti = AntiSpoof.from_engine(VoiceEngine.from_registry(ModelRegistry()))
+    registry = ModelRegistry()
+    anti = AntiSpoof.from_engine(VoiceEngine.from_registry(registry), registry)
     clips = read_manifest(args.cache)
     split = split_of(for_training(clips))
     held = set(anti.meta.get("test_speakers", []))

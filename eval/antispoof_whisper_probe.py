@@ -53,9 +53,9 @@ def features(cache: Path, clips: list, model: str) -> np.ndarray:  # type: ignor
     """Layer statistics of every clip by ``model`` (a store model id or an encoder ONNX file),
     cached under its name."""
     from verilive.models.sessions import ModelRegistry
-    from verilive.voice.whisper import BASE_MODEL_ID, MODEL_ID, WhisperEncoder
+    from verilive.voice.whisper import BASE_MODEL_ID, TINY_EN_MODEL_ID, WhisperEncoder
 
-    by_id = model in (MODEL_ID, BASE_MODEL_ID)
+    by_id = model in (TINY_EN_MODEL_ID, BASE_MODEL_ID)
     store = cache / f"{model if by_id else Path(model).stem}_stats.npz"
     have: dict[str, np.ndarray] = {}
     if store.exists():

@@ -20,7 +20,7 @@ from verilive.server.app import DEFINITIONS
 
 SHARED = shared_root()
 
-# A capture app without keys on loopback makes a local evaluation key (verilive.capture.evalkey):
+# A capture app without keys on loopback makes a local evaluation key (verilive.capture.keys):
 # in tests it goes to a temporary folder, never the user's data directory (inherited by the
 # servers the tests start as subprocesses).
 os.environ.setdefault(

@@ -95,7 +95,7 @@ def settings_for(base: Settings, tmp: Path, **update: Any) -> Settings:
             "capture_replay_url": f"sqlite:///{tmp}/replay.sqlite3",
             "bi_database_url": f"sqlite:///{tmp}/bi.sqlite3",
             # Each test is its own device (see `env`); bursts are tested on their own below.
-            "capture_burst_limit": 1000,
+            "capture_device_captures_per_minute": 1000,
             # These tests judge still images; the 3D check (required by default) and the binding of
             # a burst to the still are tested in tests/test_capture_binding.py.
             "capture_motion3d": "use",
@@ -561,7 +561,7 @@ def _bundle(**kw: Any) -> Any:
 
 def test_bursts_from_one_device() -> None:
     store = SqliteReplayStore()
-    config = Windows(burst_limit=3)
+    config = Windows(device_captures_per_minute=3)
     now = 1_800_000_000_000
     device = env()
     found = [

@@ -1313,7 +1313,7 @@ def trusted_server(
             "capture_replay_url": f"sqlite:///{tmp}/replay.sqlite3",
             "bi_database_url": f"sqlite:///{tmp}/bi.sqlite3",
             "capture_motion3d": "require",
-            "capture_burst_limit": 1000,
+            "capture_device_captures_per_minute": 1000,
             "capture_image_hash_ttl_s": 1.0,
         }
     )

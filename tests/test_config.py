@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from verilive.config import Settings
+from verilive.config import RENAMED, Settings
 
 README = Path(__file__).resolve().parents[1] / "README.md"
 
@@ -99,3 +99,23 @@ def test_face_motion3d_defaults_to_use_and_refuses_other_values(
         monkeypatch.setenv("VERILIVE_FACE_MOTION3D", bad)
         with pytest.raises(ValidationError):
             Settings()
+
+
+@pytest.mark.parametrize(("old", "new"), sorted(RENAMED.items()))
+def test_renamed_settings_still_read_their_old_names(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, old: str, new: str
+) -> None:
+    """Issue 45: two capture settings renamed for what they mean; deployments that set the old
+    variables or TOML keys keep their values, and the new name wins when both are set."""
+    assert getattr(Settings(), new) != 321
+    monkeypatch.setenv(f"VERILIVE_{old.upper()}", "321")
+    assert getattr(Settings(), new) == 321
+    monkeypatch.setenv(f"VERILIVE_{new.upper()}", "654")
+    assert getattr(Settings(), new) == 654
+    monkeypatch.delenv(f"VERILIVE_{old.upper()}")
+    monkeypatch.delenv(f"VERILIVE_{new.upper()}")
+    toml = tmp_path / "verilive.toml"
+    toml.write_text(f"{old} = 987\n")
+    monkeypatch.setenv("VERILIVE_CONFIG", str(toml))
+    assert getattr(Settings(), new) == 987
+    assert getattr(Settings(**{new: 12}), new) == 12

@@ -65,7 +65,7 @@ def capture(models_settings: Settings, tmp_path_factory: pytest.TempPathFactory)
             "capture_private_keys": [str(KEY)],
             "capture_replay_url": f"sqlite:///{tmp}/replay.sqlite3",
             "bi_database_url": f"sqlite:///{tmp}/bi.sqlite3",
-            "capture_burst_limit": 1000,
+            "capture_device_captures_per_minute": 1000,
             # These tests are about the other detectors; the 3D check is tests/test_capture_binding.py.
             "capture_motion3d": "use",
         }

@@ -18,7 +18,7 @@ from verilive.audio import Audio
 from verilive.config import Settings
 from verilive.models.sessions import ModelRegistry
 from verilive.voice.engine import VoiceEngine
-from verilive.voice.idlist import IdentificationList
+from verilive.voice.identification import IdentificationList
 from verilive.voice.schemas import ChannelType
 from verilive.voice.templates import VoiceTemplate
 

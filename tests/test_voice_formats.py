@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from verilive.errors import InvalidParameter
-from verilive.voice.idlist import IdentificationList, ListError, matched_indexes, quantise
+from verilive.voice.identification import IdentificationList, ListError, matched_indexes, quantise
 from verilive.voice.templates import TemplateError, TemplateMismatch, VoiceTemplate, cosine, merge
 
 ID = "verilive-campplus-v1"

@@ -15,7 +15,7 @@ from verilive.errors import InvalidParameter, ModelError
 from verilive.models.convert.whisper_encoder import read_ct2
 from verilive.models.sessions import ModelRegistry
 from verilive.models.store import ModelStore
-from verilive.voice.whisper import BASE_MODEL_ID, MODEL_ID, WhisperEncoder, log_mel, mel_filters
+from verilive.voice.whisper import BASE_MODEL_ID, TINY_EN_MODEL_ID, WhisperEncoder, log_mel, mel_filters
 
 # faster-whisper 1.2.1's numpy FeatureExtractor (padding=0) on the signal of _signal(), [::10, ::20]:
 # an implementation independent of ours (ours matched it to 0.0 when this was recorded).
@@ -91,9 +91,9 @@ def test_ct2_reader(tmp_path: Path) -> None:
 @pytest.fixture(scope="module")
 def encoder(models_settings: Settings) -> WhisperEncoder:
     store = ModelStore.from_settings(models_settings)
-    if store.missing([MODEL_ID]):
-        store.pull(MODEL_ID)  # converts, then runs the check vector made with CTranslate2
-    return WhisperEncoder.from_registry(ModelRegistry(models_settings))
+    if store.missing([TINY_EN_MODEL_ID]):
+        store.pull(TINY_EN_MODEL_ID)  # converts, then runs the check vector made with CTranslate2
+    return WhisperEncoder.from_registry(ModelRegistry(models_settings), TINY_EN_MODEL_ID)
 
 
 @pytest.mark.slow

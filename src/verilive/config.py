@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import platformdirs
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -23,6 +23,12 @@ from pydantic_settings import (
 )
 
 ENV_PREFIX = "VERILIVE_"
+# Settings renamed for what they mean (issue 45): old name -> new. The old names are still read, from
+# the environment, .env and the TOML file.
+RENAMED = {
+    "capture_burst_limit": "capture_device_captures_per_minute",
+    "capture_min_height": "capture_min_image_side",
+}
 
 
 class _TomlFileSource(PydanticBaseSettingsSource):
@@ -43,7 +49,13 @@ class _TomlFileSource(PydanticBaseSettingsSource):
         return self._data.get(field_name), field_name, False
 
     def __call__(self) -> dict[str, Any]:
-        return {k: v for k, v in self._data.items() if k in self.settings_cls.model_fields}
+        data = {
+            RENAMED.get(k, k): v
+            for k, v in self._data.items()
+            if k in RENAMED and RENAMED[k] not in self._data
+        }
+        data.update(self._data)
+        return {k: v for k, v in data.items() if k in self.settings_cls.model_fields}
 
 
 API_SCOPES = ("check", "backoffice", "metrics")
@@ -65,12 +77,18 @@ class ApiKeyEntry(BaseModel):
 ROOT_PATH_PATTERN = r"^(/[A-Za-z0-9._~!$&'()*+,;=:@%-]+)*$"
 
 
+def _renamed(name: str, old: str) -> AliasChoices:
+    """A setting renamed: read from its field name, its variable, and the variable of its old name."""
+    return AliasChoices(name, ENV_PREFIX + name.upper(), ENV_PREFIX + old.upper())
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix=ENV_PREFIX,
         env_file=".env",
         extra="ignore",
         validate_default=True,
+        populate_by_name=True,
     )
 
     # --- network ---
@@ -185,8 +203,12 @@ class Settings(BaseSettings):
     capture_face_liveness: bool = Field(
         True, description="Check face liveness of the bundle image and return face_liveness."
     )
-    capture_min_height: int = Field(
-        480, ge=1, description="IMAGE_TOO_SMALL when the image's shorter side is below this (480p), pixels."
+    capture_min_image_side: int = Field(
+        480,
+        ge=1,
+        description="IMAGE_TOO_SMALL when the image's shorter side is below this (480p), pixels.",
+        # The old name, VERILIVE_CAPTURE_MIN_HEIGHT, is still read (it checked the shorter side).
+        validation_alias=_renamed("capture_min_image_side", "capture_min_height"),
     )
     capture_motion3d: Literal["off", "use", "require"] = Field(
         "require",
@@ -195,8 +217,12 @@ class Settings(BaseSettings):
             " require (only a bound burst judged 3D passes; the default)."
         ),
     )
-    capture_burst_limit: int = Field(
-        10, ge=1, description="SUSPICIOUS_ACTIVITY above this many captures of one device per minute."
+    capture_device_captures_per_minute: int = Field(
+        10,
+        ge=1,
+        description="SUSPICIOUS_ACTIVITY above this many captures of one device per minute.",
+        # The old name, VERILIVE_CAPTURE_BURST_LIMIT, is still read (a burst is now the head turn).
+        validation_alias=_renamed("capture_device_captures_per_minute", "capture_burst_limit"),
     )
     capture_image_hash_ttl_s: float = Field(
         30 * 86400.0, gt=0, description="How long image hashes are kept to catch a reused image, seconds."

@@ -8,7 +8,7 @@ import logging
 
 from verilive.capture.bundle import KeyRing
 from verilive.capture.engine import CaptureConfig, CaptureEngine
-from verilive.capture.evalkey import CaptureKeys, capture_keys
+from verilive.capture.keys import CaptureKeys, capture_keys
 from verilive.capture.metrics import CaptureMetrics
 from verilive.capture.replay import open_replay_store
 from verilive.capture.sdk_allowlist import build_allowlist

@@ -56,7 +56,7 @@ class Windows:
     """The time rules of the replay-store detectors (settings; see CaptureConfig)."""
 
     timestamp_window_s: float = 300.0
-    burst_limit: int = 10
+    device_captures_per_minute: int = 10
     image_hash_ttl_s: float = 30 * 86400.0
 
     @property
@@ -114,8 +114,9 @@ def device_fingerprint(bundle: Bundle) -> str:
 
 
 def suspicious_activity(bundle: Bundle, replay: ReplayStore, config: Windows, now_ms: int) -> list[str]:
-    """A nonce seen before, a capture time outside the window, more than ``burst_limit`` captures
-    of one device fingerprint in the last minute. Records the nonce and the capture."""
+    """A nonce seen before, a capture time outside the window, more than
+    ``device_captures_per_minute`` captures of one device fingerprint in the last minute. Records the
+    nonce and the capture."""
     out = []
     if replay.remember("nonce", bundle.nonce, config.nonce_ttl_s, now=now_ms / 1000.0):
         out.append("nonce seen before")
@@ -123,7 +124,7 @@ def suspicious_activity(bundle: Bundle, replay: ReplayStore, config: Windows, no
     if abs(skew_s) > config.timestamp_window_s:
         out.append(f"capture time {skew_s:+.0f} s from server time")
     n = replay.count("device", device_fingerprint(bundle), BURST_WINDOW_S, now=now_ms / 1000.0)
-    if n > config.burst_limit:
+    if n > config.device_captures_per_minute:
         out.append(f"{n} captures from one device in {BURST_WINDOW_S:.0f} s")
     return out
 

@@ -6,7 +6,7 @@ implementation. One call of :meth:`CaptureEngine.check` does, in order:
 1. remember the capture (nonce, device) for SUSPICIOUS_ACTIVITY, before anything can fail;
 2. the face engine's public assessment of the image (``FaceEngine.assess``: decode, validation,
    liveness log-odds), the same path as the face service's /check_liveness;
-3. refuse images under ``min_height`` (shorter side) as IMAGE_TOO_SMALL, then the face validation
+3. refuse images under ``min_image_side`` (shorter side) as IMAGE_TOO_SMALL, then the face validation
    codes with the capture spec's messages;
 4. the six rejection detectors (``verilive.capture.detectors``);
 5. the 3D check from motion on the bundle's burst, when it has one (docs/motion3d.md), made only
@@ -91,9 +91,9 @@ class CaptureConfig:
     """Every threshold that is a setting (README configuration table)."""
 
     timestamp_window_s: float = 300.0
-    burst_limit: int = 10
+    device_captures_per_minute: int = 10
     image_hash_ttl_s: float = 30 * 86400.0
-    min_height: int = 480
+    min_image_side: int = 480
     face_liveness: bool = True
     pipeline: str = DEFAULT_PIPELINE
     # The 3D check on the bundle's burst: "off", "use" (a flat face or a burst not bound to the still
@@ -105,16 +105,16 @@ class CaptureConfig:
     def from_settings(cls, s: Settings) -> CaptureConfig:
         return cls(
             timestamp_window_s=s.capture_timestamp_window_s,
-            burst_limit=s.capture_burst_limit,
+            device_captures_per_minute=s.capture_device_captures_per_minute,
             image_hash_ttl_s=s.capture_image_hash_ttl_s,
-            min_height=s.capture_min_height,
+            min_image_side=s.capture_min_image_side,
             face_liveness=s.capture_face_liveness,
             motion3d=s.capture_motion3d,
         )
 
     @property
     def windows(self) -> Windows:
-        return Windows(self.timestamp_window_s, self.burst_limit, self.image_hash_ttl_s)
+        return Windows(self.timestamp_window_s, self.device_captures_per_minute, self.image_hash_ttl_s)
 
     @property
     def nonce_ttl_s(self) -> float:
@@ -228,7 +228,7 @@ class CaptureEngine:
         if image is None:
             detail = assessment.rejection.message if assessment.rejection else "unreadable image"
             raise CaptureInputError(detail)
-        if min(image.width, image.height) < self.config.min_height:
+        if min(image.width, image.height) < self.config.min_image_side:
             raise CaptureValidationError(
                 ErrorCode.IMAGE_TOO_SMALL, MESSAGES[ErrorCode.IMAGE_TOO_SMALL], image.width, image.height
             )

@@ -34,7 +34,7 @@ from verilive.voice.attributes import SpeakerAttributes
 from verilive.voice.deps import antispoof_engine, attributes_estimator, voice_engine, voice_service
 from verilive.voice.diarization import DiarizationConfig
 from verilive.voice.engine import INIT_DATA_ID, SpeechEvents, check_configuration
-from verilive.voice.idlist import matched_indexes
+from verilive.voice.identification import matched_indexes
 from verilive.voice.quality import RECOMMENDED, QualityMetrics, QualityThresholds
 from verilive.voice.schemas import (
     AntispoofResult,

@@ -26,7 +26,7 @@ from verilive.voice.campplus import CamPlusPlus
 from verilive.voice.channel import CHANNEL_FLAG, model_inputs, resolve_channel, telephone_band
 from verilive.voice.channel_map import TelephoneMap
 from verilive.voice.diarization import Diarizer
-from verilive.voice.idlist import IdentificationList
+from verilive.voice.identification import IdentificationList
 from verilive.voice.quality import QualityMetrics
 from verilive.voice.schemas import ChannelType
 from verilive.voice.segmentation import Segmenter

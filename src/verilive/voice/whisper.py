@@ -20,9 +20,9 @@ import numpy as np
 
 from verilive.errors import InvalidParameter
 
-__all__ = ["BASE_MODEL_ID", "MODEL_ID", "SAMPLE_RATE", "WhisperEncoder", "log_mel", "mel_filters"]
+__all__ = ["BASE_MODEL_ID", "SAMPLE_RATE", "TINY_EN_MODEL_ID", "WhisperEncoder", "log_mel", "mel_filters"]
 
-MODEL_ID = "whisper_tiny_en_encoder"
+TINY_EN_MODEL_ID = "whisper_tiny_en_encoder"  # 4 layers, 384 dims; what the probes compared
 BASE_MODEL_ID = "whisper_base_encoder"  # 6 layers, 512 dims; the same front end and outputs
 SAMPLE_RATE = 16000
 N_FFT = 400
@@ -89,8 +89,9 @@ class WhisperEncoder:
         self.session = session
 
     @classmethod
-    def from_registry(cls, registry: Any, model_id: str = MODEL_ID) -> WhisperEncoder:
-        if model_id not in (MODEL_ID, BASE_MODEL_ID):
+    def from_registry(cls, registry: Any, model_id: str) -> WhisperEncoder:
+        """The encoder ``model_id`` names (the anti-spoofing model's metadata says which it uses)."""
+        if model_id not in (TINY_EN_MODEL_ID, BASE_MODEL_ID):
             raise ValueError(f"not a Whisper encoder model: {model_id!r}")
         return cls(registry.session(model_id))
 

@@ -13,7 +13,7 @@ from fastapi.testclient import TestClient
 
 from tests.test_server import assert_error
 from verilive.capture.bundle import generate_key, key_id_of_pem, public_key_b64
-from verilive.capture.evalkey import capture_keys, is_loopback
+from verilive.capture.keys import capture_keys, is_loopback
 from verilive.config import Settings
 from verilive.server.app import create_service_app
 
@@ -156,7 +156,7 @@ def test_an_evaluation_key_of_another_user_is_refused(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     path = _found_key(tmp_path, 0o600)
-    monkeypatch.setattr("verilive.capture.evalkey.os.getuid", lambda: path.stat().st_uid + 1)
+    monkeypatch.setattr("verilive.capture.keys.os.getuid", lambda: path.stat().st_uid + 1)
     keys = capture_keys(_settings(tmp_path, host="127.0.0.1"))
     assert keys.entries == () and keys.problem is not None
     assert str(path) in keys.problem and "owned by" in keys.problem
