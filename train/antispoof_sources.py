@@ -260,7 +260,12 @@ def build(
     if on_mismatch not in ("stop", "skip"):
         raise ValueError("on_mismatch must be 'stop' or 'skip'")
     rows = [r for r in read_manifest(manifest) if repos is None or r.repo in repos]
-    problems: dict[str, list[str]] = {"mismatch": [], "missing_repo": [], "missing_file": [], "undecodable": []}
+    problems: dict[str, list[str]] = {
+        "mismatch": [],
+        "missing_repo": [],
+        "missing_file": [],
+        "undecodable": [],
+    }
     out.mkdir(parents=True, exist_ok=True)
     index: list[dict[str, str]] = []
     by_repo: dict[str, list[Row]] = {}
@@ -458,7 +463,9 @@ def main(argv: list[str] | None = None) -> int:
     sub = ap.add_subparsers(dest="cmd", required=True)
 
     b = sub.add_parser("build", help="build 16 kHz WAVs and index.csv from fetched repositories")
-    b.add_argument("--mirrors", type=Path, required=True, help="folder of fetched repositories (owner+name/...)")
+    b.add_argument(
+        "--mirrors", type=Path, required=True, help="folder of fetched repositories (owner+name/...)"
+    )
     b.add_argument("--out", type=Path, required=True)
     b.add_argument(
         "--on-mismatch",
@@ -470,7 +477,7 @@ def main(argv: list[str] | None = None) -> int:
 
     sub.add_parser("fetch-list", help="print github:owner/name for every repository in the manifest")
 
-    s = sub.add_parser("summary", help="rows per repository, label and role")
+    sub.add_parser("summary", help="rows per repository, label and role")
 
     a = sub.add_parser("add", help="append rows for audio files of a fetched repository")
     a.add_argument("--mirrors", type=Path, default=Path("/work/.mirror"))
@@ -506,7 +513,9 @@ def main(argv: list[str] | None = None) -> int:
                 rr = [r for r in rows if r.repo == repo]
                 n_b = sum(r.label == "bonafide" for r in rr)
                 gens = sorted({r.generator for r in rr if r.label == "spoof"})
-                print(f"{repo}\t{rr[0].role}\t{rr[0].licence}\tspoof={len(rr) - n_b}\tbonafide={n_b}\t{','.join(gens)}")
+                roles = "/".join(sorted({r.role for r in rr}))
+                licences = " | ".join(sorted({r.licence for r in rr}))
+                print(f"{repo}\t{roles}\t{licences}\tspoof={len(rr) - n_b}\tbonafide={n_b}\t{','.join(gens)}")
             n_b = sum(r.label == "bonafide" for r in rows)
             print(f"total\t{len(list(_repos(rows)))} repositories\tspoof={len(rows) - n_b}\tbonafide={n_b}")
             return 0
@@ -542,7 +551,10 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     for kind, items in problems.items():
         if items:
-            print(f"{kind}: {len(items)}: {', '.join(items[:20])}{' ...' if len(items) > 20 else ''}", file=sys.stderr)
+            print(
+                f"{kind}: {len(items)}: {', '.join(items[:20])}{' ...' if len(items) > 20 else ''}",
+                file=sys.stderr,
+            )
     return 1 if problems["mismatch"] else 0
 
 
