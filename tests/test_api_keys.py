@@ -21,8 +21,8 @@ import soundfile as sf
 from common.capture_samples import genuine_bundle
 from fastapi.testclient import TestClient
 
+from tests.helpers import assert_error
 from tests.servers import redis_server
-from tests.test_server import assert_error
 from verilive.capture.bundle import public_key_b64
 from verilive.config import ApiKeyEntry, Settings
 from verilive.server import auth

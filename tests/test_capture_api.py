@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import itertools
 import json
 import os
 import random
@@ -24,13 +23,12 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from tests.test_server import assert_error
+from tests.helpers import KEY, PUBLIC, assert_error, env, settings_for, variants
 from verilive.capture.bundle import (
     KeyRing,
     encode_payload,
     generate_key,
     part_digests,
-    public_key_b64,
     seal,
 )
 from verilive.capture.client import build_bundle, sdk_identity
@@ -51,28 +49,9 @@ from verilive.face.image import decode_image
 from verilive.server.app import create_service_app
 from verilive.server.bi import BiStore
 
-KEY = Path(__file__).parent / "fixtures" / "capture_test_key.pem"
-PUBLIC = public_key_b64(KEY.read_bytes())
 PAD = "data/face/pad_silentface"
 UNKNOWN_MESSAGES = {"Failed to parse file", "Failed to read a meta data", "Failed to decrypt message"}
 OCTET = {"content-type": "application/octet-stream"}
-# A desktop Chrome on Windows, consistent in every claim.
-CHROME_WIN = {
-    "client": "browser",
-    "userAgent": "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, like Gecko) "
-    "Chrome/131.0.0.0 Safari/537.36",
-    "platform": "Win32",
-    "webdriver": False,
-    "automation": {},
-    "screen": {"width": 1920, "height": 1080, "devicePixelRatio": 1},
-    "maxTouchPoints": 0,
-    "touch": False,
-    "userAgentData": {
-        "brands": [{"brand": "Chromium", "version": "131"}],
-        "mobile": False,
-        "platform": "Windows",
-    },
-}
 ANDROID_UA = (
     "Mozilla/5.0 (Linux; Android 14; Pixel 8) AppleWebKit/537.36 (KHTML, like Gecko) "
     "Chrome/131.0.0.0 Mobile Safari/537.36"
@@ -85,23 +64,6 @@ HEADLESS_UA = (
     "Mozilla/5.0 (X11; Linux x86_64) AppleWebKit/537.36 (KHTML, like Gecko) HeadlessChrome/131.0.0.0 "
     "Safari/537.36"
 )
-_variants = itertools.count(1)
-
-
-def settings_for(base: Settings, tmp: Path, **update: Any) -> Settings:
-    return base.model_copy(
-        update={
-            "capture_private_keys": [str(KEY)],
-            "capture_replay_url": f"sqlite:///{tmp}/replay.sqlite3",
-            "bi_database_url": f"sqlite:///{tmp}/bi.sqlite3",
-            # Each test is its own device (see `env`); bursts are tested on their own below.
-            "capture_device_captures_per_minute": 1000,
-            # These tests judge still images; the 3D check (required by default) and the binding of
-            # a burst to the still are tested in tests/test_capture_binding.py.
-            "capture_motion3d": "use",
-            **update,
-        }
-    )
 
 
 @pytest.fixture(scope="module")
@@ -121,7 +83,7 @@ def faces(shared_dir: Path) -> dict[str, np.ndarray]:
 def camera_jpeg(bgr: np.ndarray) -> bytes:
     """A fresh camera-like JPEG of ``bgr``: one pixel differs per call, so no two hashes match."""
     img = bgr.copy()
-    n = next(_variants)
+    n = next(variants)
     img[n % img.shape[0], 0] = (n * 37 % 256, n * 11 % 256, n * 5 % 256)
     ok, buf = cv2.imencode(".jpg", img, [cv2.IMWRITE_JPEG_QUALITY, 92])
     assert ok
@@ -138,11 +100,6 @@ def decided(client: TestClient, blob: bytes) -> dict[str, Any]:
     r = check(client, blob)
     assert r.status_code == 200, r.text
     return r.json()
-
-
-def env(**claims: Any) -> dict[str, Any]:
-    """A consistent browser environment with its own timezone (its own device fingerprint)."""
-    return {**CHROME_WIN, "timezone": f"test/{next(_variants)}", **claims}
 
 
 def assert_rejected(body: dict[str, Any], *reasons: str) -> None:

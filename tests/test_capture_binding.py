@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
+from tests.helpers import KEY, PUBLIC, env, settings_for
 from tests.motion_data import clip_frames, jpeg
-from tests.test_capture_api import KEY, PUBLIC, env, settings_for
 from verilive.capture import bundle as B
 from verilive.capture.binding import timing_problems
 from verilive.capture.client import CaptureClient, build_bundle, new_nonce

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from fastapi.testclient import TestClient
 
-from tests.test_server import assert_error
+from tests.helpers import assert_error
 from verilive.capture.bundle import generate_key, key_id_of_pem, public_key_b64
 from verilive.capture.keys import capture_keys, is_loopback
 from verilive.config import Settings

@@ -12,8 +12,7 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from tests.test_capture_api import settings_for
-from tests.test_server import assert_error
+from tests.helpers import assert_error, settings_for
 from verilive.capture.placement import MAX_BYTES
 from verilive.config import Settings
 from verilive.server.app import create_service_app

@@ -15,7 +15,7 @@ import pytest
 from fastapi.testclient import TestClient
 from PIL import Image
 
-from tests.test_server import assert_error
+from tests.helpers import assert_error
 from verilive.config import Settings
 from verilive.server.app import create_service_app
 

@@ -12,7 +12,7 @@ import soundfile as sf
 from bench.hostile_audio import opus_empty_frames
 from fastapi.testclient import TestClient
 
-from tests.test_server import assert_error
+from tests.helpers import assert_error
 from verilive.audio import decode as dec
 from verilive.audio import decode_file, decode_file_pcm16
 from verilive.audio.resample import resample

@@ -17,7 +17,7 @@ from common.capture_samples import turn_frames
 from fastapi.testclient import TestClient
 from PIL import Image
 
-from tests.test_capture_api import PUBLIC, env, settings_for
+from tests.helpers import PUBLIC, env, settings_for
 from verilive.capture import bundle as B
 from verilive.capture.client import make_photo
 from verilive.config import Settings

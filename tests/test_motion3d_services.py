@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
+from tests.helpers import KEY, PUBLIC, env, settings_for
 from tests.motion_data import clip_frames, jpeg
 from tests.motion_data import print_burst as make_print_burst
-from tests.test_capture_api import KEY, PUBLIC, env, settings_for
 from verilive.capture import bundle as B
 from verilive.capture.bundle import KeyRing
 from verilive.capture.client import build_bundle

@@ -10,24 +10,9 @@ from collections.abc import Iterator
 import pytest
 from fastapi.testclient import TestClient
 
+from tests.helpers import assert_error
 from verilive.config import Settings
 from verilive.server.app import create_service_app
-
-ERROR_KEYS = {"timestamp", "status", "error", "message", "path", "error_code", "request_id"}
-
-
-def assert_error(resp, status: int, code: str | None = None) -> dict:
-    assert resp.status_code == status, resp.text
-    assert resp.headers["content-type"].startswith("application/json")
-    body = resp.json()
-    assert set(body) == ERROR_KEYS, body
-    assert body["status"] == status
-    assert body["path"] == resp.request.url.path
-    assert body["message"] and "Traceback" not in body["message"]
-    assert re.match(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z$", body["timestamp"])
-    if code is not None:
-        assert body["error_code"] == code, body
-    return body
 
 
 @pytest.fixture

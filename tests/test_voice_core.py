@@ -13,7 +13,7 @@ import soundfile as sf
 from fastapi.testclient import TestClient
 
 import verilive
-from tests.test_server import assert_error
+from tests.helpers import assert_error
 from verilive.config import Settings
 from verilive.server.app import create_service_app
 

@@ -11,7 +11,7 @@ import pytest
 import soundfile as sf
 from fastapi.testclient import TestClient
 
-from tests.test_server import assert_error
+from tests.helpers import assert_error
 from verilive.audio import MAX_SAMPLE_RATE, MIN_SAMPLE_RATE
 from verilive.config import Settings
 from verilive.server.app import create_service_app
