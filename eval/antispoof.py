@@ -17,7 +17,7 @@ the generators no model is trained on (``train.antispoof_data.EVAL_ONLY``: the L
 all speakers, against the held-out bona fide: the shipped model on a generator it never saw. Writes
 docs/antispoof_eval_det.png (DET per class, with the never-seen generator, and per channel) unless
 ``--no-docs``.
-train/antispoof.py measures the same split on cached features while it trains; this script checks
+train/antispoof/ measures the same split on cached features while it trains; this script checks
 the exported model through the runtime.
 """
 
@@ -37,7 +37,7 @@ SHORT = (1.0, 2.0)  # seconds: the short-clip band, cut from the trimmed held-ou
 
 
 def channel_group(channel: str) -> str:
-    """The finishing of a clip (train/antispoof_data.py) in five groups."""
+    """The finishing of a clip (train/antispoof_data/finishing.py) in five groups."""
     from train.antispoof_data import CODECS
 
     if channel.split("+")[-1] in CODECS:

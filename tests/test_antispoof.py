@@ -301,7 +301,7 @@ def test_separates_lpc_vocoding_from_its_source(
     anti: AntiSpoof, shared_dir: Path, held_out: list[str]
 ) -> None:
     """Held-out speech through an LPC vocoder (its own envelope and pitch track, a synthetic
-    pulse/noise excitation; train/antispoof_data.py), a generator no model is trained on
+    pulse/noise excitation; train/antispoof_data/vocoded.py), a generator no model is trained on
     (``EVAL_ONLY``): each resynthesis scores below its source (measured 8 of 8), and most are
     turned away at the stricter accept threshold 0.8 of the card (measured 6 of 8; 4 of 8 at 0.5:
     the default threshold is lenient, docs/antispoof.md)."""
@@ -325,7 +325,7 @@ def test_separates_lpc_vocoding_from_its_source(
 def _statistical_room(x: np.ndarray, rt60: float, drr_db: float, rng: np.random.Generator) -> np.ndarray:
     """``x`` (16 kHz) heard from across a room: the direct sound plus an exponentially decaying noise
     tail (``rt60`` seconds, direct-to-reverberant ratio ``drr_db``). A different room model from the
-    image-source rooms of the training data (train/antispoof_data.py, far-field part)."""
+    image-source rooms of the training data (train/antispoof_data/replay.py, far-field part)."""
     n = int(rt60 * 16000)
     tail = rng.standard_normal(n) * np.exp(-6.91 * np.arange(n) / n)
     tail[:48] = 0.0  # the first reflections arrive a few ms after the direct sound

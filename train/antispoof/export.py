@@ -25,7 +25,7 @@ class Outputs:
 
     model: Path = REPO / "src" / "verilive" / "voice" / MODEL_FILE
     det: Path = REPO / "docs" / "antispoof_det.png"
-    card: Path = REPO / "docs" / "antispoof.md"  # the tables go between report.BEGIN and report.END
+    card: Path = REPO / "docs" / "antispoof.md"  # the tables go in its report.CARD_SECTION
 
     @classmethod
     def under(cls, folder: Path) -> Outputs:

@@ -7,13 +7,14 @@ from typing import Any
 
 import numpy as np
 from common.metrics import eer_between, error_curve, softmax
+from common.repo import replace_section
 
 from train.antispoof.fusion import bona_log_odds
 from train.antispoof.split import Data
 from verilive.voice.antispoof import CLASSES
 
-# the card's result block lies between these markers (the text is matched: keep it as in the card)
-BEGIN, END = "<!-- results: begin (written by train/antispoof.py) -->", "<!-- results: end -->"
+# The card's result block: the section ``common.repo.replace_section`` keeps between its markers.
+CARD_SECTION = "antispoof-results"
 
 
 def pct(x: float) -> str:
@@ -100,10 +101,7 @@ def ood_table(
 def write_card_tables(text: str, path: Path) -> None:
     """Replace the result block of the model card at ``path`` (its headings demoted one level)."""
     body = text.replace("\n## ", "\n### ").replace("## ", "### ", 1) if text.startswith("## ") else text
-    card = path.read_text() if path.exists() else f"{BEGIN}\n{END}\n"
-    head, rest = card.split(BEGIN, 1)
-    tail = rest.split(END, 1)[1]
-    path.write_text(f"{head}{BEGIN}\n\n{body.strip()}\n\n{END}{tail}")
+    replace_section(path, CARD_SECTION, f"\n{body.strip()}\n")
     print(f"wrote the result tables into {path}")
 
 

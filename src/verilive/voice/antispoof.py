@@ -3,7 +3,7 @@
 Runtime is numpy + onnxruntime. The model is a light CNN in the style of the ASVspoof 2019 LCNN
 baseline (max-feature-map convolutions over a log-power spectrogram and a group-delay map) with a
 second, small branch on utterance-level excitation and phase cues; it is trained by
-``train/antispoof.py`` on data built by ``train/antispoof_data.py`` and exported to ONNX with its
+``train/antispoof/`` on data built by ``train/antispoof_data/`` and exported to ONNX with its
 input normalisation and its calibration folded in (docs/antispoof.md):
 
 1. front end (numpy, here): 16 kHz, 25 ms Hann windows every 10 ms, 512-point FFT, bins 1-256
