@@ -16,8 +16,6 @@ to convert the checkpoint (``verilive[convert]``), never by the running services
 
 from __future__ import annotations
 
-import tempfile
-import warnings
 from collections import OrderedDict
 from collections.abc import Sequence
 from pathlib import Path
@@ -29,11 +27,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from verilive.errors import ModelError
+from verilive.models.convert.common import check_close, cpu_session, export_legacy, write_verified
 
 FEAT_DIM = 80
 EMBEDDING_DIM = 192
 SEG_LEN = 100  # frames (after the stride-2 TDNN) per CAM segment
-OPSET = 17
 INPUT_NAME = "fbank"
 OUTPUT_NAME = "embedding"
 # Export check lengths (frames): 377 ends in a partial segment after the stride-2 TDNN, 23 is shorter than
@@ -463,22 +461,14 @@ def export_onnx(model: CAMPPlus, dest: Path) -> None:
     """Write the ONNX file of :class:`CAMPPlusExport` (opset 17, dynamic batch and time)."""
     import onnx
 
-    example = torch.zeros(1, 250, FEAT_DIM)
-    graph = CAMPPlusExport(model).eval()
-    with torch.no_grad(), warnings.catch_warnings():
-        # The legacy exporter announces its own deprecation; it is still the one that needs no onnxscript.
-        warnings.simplefilter("ignore", DeprecationWarning)
-        torch.onnx.export(
-            graph,
-            (example,),
-            str(dest),
-            dynamo=False,  # legacy TorchScript exporter: no onnxscript dependency
-            input_names=[INPUT_NAME],
-            output_names=[OUTPUT_NAME],
-            opset_version=OPSET,
-            dynamic_axes={INPUT_NAME: {0: "batch", 1: "frames"}, OUTPUT_NAME: {0: "batch"}},
-            do_constant_folding=True,
-        )
+    export_legacy(
+        CAMPPlusExport(model).eval(),
+        torch.zeros(1, 250, FEAT_DIM),
+        dest,
+        input_names=[INPUT_NAME],
+        output_names=[OUTPUT_NAME],
+        dynamic_axes={INPUT_NAME: {0: "batch", 1: "frames"}, OUTPUT_NAME: {0: "batch"}},
+    )
     onnx_model = onnx.load(str(dest))
     n_layers = sum(len(getattr(model.xvector, b).names) for b, _ in model.xvector.stages)
     if annotate_gate_shapes(onnx_model) != n_layers:
@@ -488,11 +478,7 @@ def export_onnx(model: CAMPPlus, dest: Path) -> None:
 
 def verify_onnx(model: CAMPPlus, path: Path, lengths: Sequence[int] = VERIFY_T, batch: int = 2) -> float:
     """Compare onnxruntime with torch on random inputs; returns the max |diff| or raises ModelError."""
-    import onnxruntime as ort
-
-    so = ort.SessionOptions()
-    so.log_severity_level = 3
-    sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+    sess = cpu_session(path)
     rng = np.random.default_rng(0)
     worst = 0.0
     for t in lengths:
@@ -500,25 +486,18 @@ def verify_onnx(model: CAMPPlus, path: Path, lengths: Sequence[int] = VERIFY_T, 
         with torch.no_grad():
             want = model(torch.from_numpy(x)).numpy()
         (got,) = sess.run([OUTPUT_NAME], {INPUT_NAME: x})
-        if got.shape != want.shape or not np.all(np.isfinite(got)):
-            raise ModelError(f"CAM++ ONNX export is wrong for T={t}: shape {got.shape}, torch {want.shape}")
-        diff = float(np.max(np.abs(got - want)))
-        if diff > VERIFY_ATOL:
-            raise ModelError(f"CAM++ ONNX export differs from torch for T={t}: max |diff| {diff:.3g}")
-        worst = max(worst, diff)
+        worst = max(worst, check_close(got, want, VERIFY_ATOL, f"CAM++ ONNX export for T={t}"))
     return worst
 
 
 def convert(source: Path, dest: Path) -> None:
     """Converter for the model store: checkpoint -> verified ONNX at ``dest``."""
-    model = load_model(Path(source))
-    dest = Path(dest)
-    # Export next to dest, then rename: a failed verification must not leave a file at dest.
-    with tempfile.TemporaryDirectory(dir=dest.parent) as tmp:
-        tmp_path = Path(tmp) / dest.name
-        export_onnx(model, tmp_path)
-        verify_onnx(model, tmp_path)
-        tmp_path.replace(dest)
+    write_model(load_model(Path(source)), dest)
+
+
+def write_model(model: CAMPPlus, dest: Path) -> None:
+    """Export ``model`` and verify it against torch; nothing is written at ``dest`` when that fails."""
+    write_verified(dest, lambda p: export_onnx(model, p), lambda p: verify_onnx(model, p))
 
 
 #: verilive's telephone adaptation of CAM++ (train/telephone_student.py): the tensors it changed.
@@ -543,10 +522,4 @@ def convert_telephone(source: Path, dest: Path) -> None:
     """Converter for ``campplus_tel``: checkpoint + verilive's packaged telephone tensors -> verified ONNX."""
     from verilive.models.store import packaged_path
 
-    model = load_adapted(Path(source), packaged_path(TELEPHONE_PARAMS_ID))
-    dest = Path(dest)
-    with tempfile.TemporaryDirectory(dir=dest.parent) as tmp:
-        tmp_path = Path(tmp) / dest.name
-        export_onnx(model, tmp_path)
-        verify_onnx(model, tmp_path)
-        tmp_path.replace(dest)
+    write_model(load_adapted(Path(source), packaged_path(TELEPHONE_PARAMS_ID)), dest)

@@ -20,8 +20,6 @@ This module imports torch; it is needed only for conversion (``verilive[convert]
 from __future__ import annotations
 
 import math
-import tempfile
-import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -31,11 +29,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from verilive.errors import ModelError
+from verilive.models.convert.common import check_close, cpu_session, export_legacy, write_verified
 
 INPUT_SIZE = 224
 FEATURES = 1280
 CLASSES = 1000
-OPSET = 17
 INPUT_NAME = "image"
 OUTPUTS = ("features", "logits", "texture")
 TEXTURE_TAPS = (4, 7, 10)  # block indices whose outputs are pooled into ``texture``
@@ -163,31 +161,21 @@ def load_model(source: Path) -> EfficientNetLite0:
 
 
 def export_onnx(model: EfficientNetLite0, dest: Path) -> None:
-    example = torch.zeros(1, 3, INPUT_SIZE, INPUT_SIZE)
-    with torch.no_grad(), warnings.catch_warnings():
-        warnings.simplefilter("ignore", DeprecationWarning)
+    export_legacy(
+        ScaledLite0(model).eval(),
+        torch.zeros(1, 3, INPUT_SIZE, INPUT_SIZE),
+        dest,
+        input_names=[INPUT_NAME],
+        output_names=OUTPUTS,
+        dynamic_axes={INPUT_NAME: {0: "batch"}, **{o: {0: "batch"} for o in OUTPUTS}},
         # The SAME padding is computed from the traced 224x224 shape and stored as constants: intended.
-        warnings.simplefilter("ignore", torch.jit.TracerWarning)
-        torch.onnx.export(
-            ScaledLite0(model).eval(),
-            (example,),
-            str(dest),
-            dynamo=False,  # the legacy exporter needs no onnxscript
-            input_names=[INPUT_NAME],
-            output_names=list(OUTPUTS),
-            opset_version=OPSET,
-            dynamic_axes={INPUT_NAME: {0: "batch"}, **{o: {0: "batch"} for o in OUTPUTS}},
-            do_constant_folding=True,
-        )
+        ignore=(DeprecationWarning, torch.jit.TracerWarning),
+    )
 
 
 def verify_onnx(model: EfficientNetLite0, path: Path, batches: Sequence[int] = VERIFY_BATCHES) -> float:
     """onnxruntime against torch on random 0..255 images; the max |diff| of the features, or ModelError."""
-    import onnxruntime as ort
-
-    so = ort.SessionOptions()
-    so.log_severity_level = 3
-    sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+    sess = cpu_session(path)
     rng = np.random.default_rng(0)
     scaled = ScaledLite0(model).eval()
     worst = 0.0
@@ -197,25 +185,13 @@ def verify_onnx(model: EfficientNetLite0, path: Path, batches: Sequence[int] = V
             want = [t.numpy() for t in scaled(torch.from_numpy(x))]
         got = sess.run(list(OUTPUTS), {INPUT_NAME: x})
         shapes = [(n, FEATURES), (n, CLASSES), (n, TEXTURE)]
-        if [g.shape for g in got] != shapes or not all(np.all(np.isfinite(g)) for g in got):
-            raise ModelError(
-                f"EfficientNet-Lite0 ONNX export is wrong for batch {n}: {[g.shape for g in got]}"
-            )
-        diff = float(max(np.max(np.abs(g - w)) for g, w in zip(got, want, strict=True)))
-        if diff > VERIFY_ATOL:
-            raise ModelError(
-                f"EfficientNet-Lite0 ONNX differs from torch at batch {n}: max |diff| {diff:.3g}"
-            )
-        worst = max(worst, diff)
+        for name, g, w, shape in zip(OUTPUTS, got, want, shapes, strict=True):
+            what = f"EfficientNet-Lite0 ONNX export at batch {n}: {name}"
+            worst = max(worst, check_close(g, w, VERIFY_ATOL, what, shape))
     return worst
 
 
 def convert(source: Path, dest: Path) -> None:
     """Converter for the model store: ``efficientnet-lite0-57934424.pth`` -> verified ONNX."""
     model = load_model(Path(source))
-    dest = Path(dest)
-    with tempfile.TemporaryDirectory(dir=dest.parent) as tmp:
-        tmp_path = Path(tmp) / dest.name
-        export_onnx(model, tmp_path)
-        verify_onnx(model, tmp_path)
-        tmp_path.replace(dest)
+    write_verified(dest, lambda p: export_onnx(model, p), lambda p: verify_onnx(model, p))

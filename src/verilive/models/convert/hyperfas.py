@@ -28,8 +28,6 @@ from __future__ import annotations
 
 import json
 import math
-import tempfile
-import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,10 +38,10 @@ import torch
 from torch import nn
 
 from verilive.errors import ModelError
+from verilive.models.convert.common import check_close, cpu_session, export_legacy, write_verified
 
 INPUT_SIZE = 224
 FEATURE_DIM = 1024
-OPSET = 17
 INPUT_NAME = "input"
 P_LIVE_NAME = "p_live"
 FEATURES_NAME = "features"
@@ -367,23 +365,16 @@ def load_model(source: Path) -> HyperFASNet:
 
 def export_onnx(model: HyperFASNet, dest: Path) -> None:
     """Write the ONNX file (opset 17, dynamic batch); constant folding merges each BatchNorm into its conv."""
-    example = torch.zeros(1, INPUT_SIZE, INPUT_SIZE, 3)
-    with torch.no_grad(), warnings.catch_warnings():
-        # The legacy exporter announces its own deprecation; it is still the one that needs no onnxscript.
-        warnings.simplefilter("ignore", DeprecationWarning)
+    export_legacy(
+        model,
+        torch.zeros(1, INPUT_SIZE, INPUT_SIZE, 3),
+        dest,
+        input_names=[INPUT_NAME],
+        output_names=OUTPUT_NAMES,
+        dynamic_axes={name: {0: "batch"} for name in (INPUT_NAME, *OUTPUT_NAMES)},
         # ZeroPad2d's pads chain has a reversed Slice the exporter cannot fold; fold_pads removes it.
-        warnings.filterwarnings("ignore", "Constant folding - Only steps=1", UserWarning)
-        torch.onnx.export(
-            model,
-            (example,),
-            str(dest),
-            dynamo=False,  # legacy TorchScript exporter: no onnxscript dependency
-            input_names=[INPUT_NAME],
-            output_names=list(OUTPUT_NAMES),
-            opset_version=OPSET,
-            dynamic_axes={name: {0: "batch"} for name in (INPUT_NAME, *OUTPUT_NAMES)},
-            do_constant_folding=True,
-        )
+        ignore_messages=[("Constant folding - Only steps=1", UserWarning)],
+    )
 
 
 def _constant(name: str, producers: Mapping[str, Any], inits: Mapping[str, np.ndarray], cache: dict) -> Any:
@@ -496,11 +487,7 @@ def finish_onnx(path: Path) -> None:
 
 def verify_onnx(model: HyperFASNet, path: Path, batches: Sequence[int] = VERIFY_BATCHES) -> float:
     """Compare onnxruntime with torch on random inputs in [-1, 1); returns the max |diff| or raises."""
-    import onnxruntime as ort
-
-    so = ort.SessionOptions()
-    so.log_severity_level = 3
-    sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+    sess = cpu_session(path)
     rng = np.random.default_rng(0)
     worst = 0.0
     for n in batches:
@@ -509,22 +496,16 @@ def verify_onnx(model: HyperFASNet, path: Path, batches: Sequence[int] = VERIFY_
             want = [t.numpy() for t in model(torch.from_numpy(x))]
         got = sess.run(list(OUTPUT_NAMES), {INPUT_NAME: x})
         for name, g, w in zip(OUTPUT_NAMES, got, want, strict=True):
-            if g.shape != w.shape or not np.all(np.isfinite(g)):
-                raise ModelError(f"HyperFAS ONNX export is wrong for batch {n}: {name} shape {g.shape}")
-            diff = float(np.max(np.abs(g - w)))
-            if diff > VERIFY_ATOL:
-                raise ModelError(f"HyperFAS ONNX export differs from torch at batch {n}: {name} {diff:.3g}")
-            worst = max(worst, diff)
+            worst = max(worst, check_close(g, w, VERIFY_ATOL, f"HyperFAS ONNX export at batch {n}: {name}"))
     return worst
 
 
 def convert(source: Path, dest: Path) -> None:
     """Converter for the model store: ``fas.h5`` -> verified ONNX; nothing is written when it fails."""
     model = load_model(Path(source))
-    dest = Path(dest)
-    with tempfile.TemporaryDirectory(dir=dest.parent) as tmp:
-        tmp_path = Path(tmp) / dest.name
-        export_onnx(model, tmp_path)
-        finish_onnx(tmp_path)
-        verify_onnx(model, tmp_path)
-        tmp_path.replace(dest)
+
+    def export(path: Path) -> None:
+        export_onnx(model, path)
+        finish_onnx(path)
+
+    write_verified(dest, export, lambda p: verify_onnx(model, p))

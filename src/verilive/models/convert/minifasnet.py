@@ -13,8 +13,6 @@ This module imports torch; it is needed only for conversion (``verilive[convert]
 
 from __future__ import annotations
 
-import tempfile
-import warnings
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,11 +22,11 @@ import torch
 from torch import nn
 
 from verilive.errors import ModelError
+from verilive.models.convert.common import check_close, cpu_session, export_legacy, write_verified
 
 INPUT_SIZE = 80
 NUM_CLASSES = 3
 EMBEDDING_DIM = 128
-OPSET = 17
 INPUT_NAME = "input"
 OUTPUT_NAME = "logits"
 # Batch sizes the export is checked at: 1 and an odd size, so a batch baked in at export time fails.
@@ -61,21 +59,6 @@ WIDTHS_V1SE = Widths(103, (13, 26, 13, 52), 231, (154, 52, 26, 52, 26, 26), 308,
 SE_REDUCTION = 4
 
 
-class ConvBlock(nn.Module):
-    """Conv (no bias) -> BatchNorm -> PReLU (one slope per channel)."""
-
-    def __init__(
-        self, in_ch: int, out_ch: int, kernel: int = 1, stride: int = 1, padding: int = 0, groups: int = 1
-    ) -> None:
-        super().__init__()
-        self.conv = nn.Conv2d(in_ch, out_ch, kernel, stride, padding, groups=groups, bias=False)
-        self.bn = nn.BatchNorm2d(out_ch)
-        self.prelu = nn.PReLU(out_ch)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.prelu(self.bn(self.conv(x)))
-
-
 class LinearBlock(nn.Module):
     """Conv (no bias) -> BatchNorm, no activation (projections and the global depthwise conv)."""
 
@@ -88,6 +71,19 @@ class LinearBlock(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.bn(self.conv(x))
+
+
+class ConvBlock(LinearBlock):
+    """Conv (no bias) -> BatchNorm -> PReLU (one slope per channel)."""
+
+    def __init__(
+        self, in_ch: int, out_ch: int, kernel: int = 1, stride: int = 1, padding: int = 0, groups: int = 1
+    ) -> None:
+        super().__init__(in_ch, out_ch, kernel, stride, padding, groups)
+        self.prelu = nn.PReLU(out_ch)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.prelu(super().forward(x))
 
 
 class SEModule(nn.Module):
@@ -219,30 +215,19 @@ def load_model(source: Path, architecture: str) -> MiniFASNet:
 
 def export_onnx(model: MiniFASNet, dest: Path) -> None:
     """Write the ONNX file (opset 17, dynamic batch); onnxruntime folds the BatchNorms itself at load."""
-    example = torch.zeros(1, 3, INPUT_SIZE, INPUT_SIZE)
-    with torch.no_grad(), warnings.catch_warnings():
-        # The legacy exporter announces its own deprecation; it is still the one that needs no onnxscript.
-        warnings.simplefilter("ignore", DeprecationWarning)
-        torch.onnx.export(
-            model,
-            (example,),
-            str(dest),
-            dynamo=False,  # legacy TorchScript exporter: no onnxscript dependency
-            input_names=[INPUT_NAME],
-            output_names=[OUTPUT_NAME],
-            opset_version=OPSET,
-            dynamic_axes={INPUT_NAME: {0: "batch"}, OUTPUT_NAME: {0: "batch"}},
-            do_constant_folding=True,
-        )
+    export_legacy(
+        model,
+        torch.zeros(1, 3, INPUT_SIZE, INPUT_SIZE),
+        dest,
+        input_names=[INPUT_NAME],
+        output_names=[OUTPUT_NAME],
+        dynamic_axes={INPUT_NAME: {0: "batch"}, OUTPUT_NAME: {0: "batch"}},
+    )
 
 
 def verify_onnx(model: MiniFASNet, path: Path, batches: Sequence[int] = VERIFY_BATCHES) -> float:
     """Compare onnxruntime with torch on random 0..255 crops; returns the max |diff| or raises ModelError."""
-    import onnxruntime as ort
-
-    so = ort.SessionOptions()
-    so.log_severity_level = 3
-    sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+    sess = cpu_session(path)
     rng = np.random.default_rng(0)
     worst = 0.0
     for n in batches:
@@ -250,24 +235,14 @@ def verify_onnx(model: MiniFASNet, path: Path, batches: Sequence[int] = VERIFY_B
         with torch.no_grad():
             want = model(torch.from_numpy(x)).numpy()
         (got,) = sess.run([OUTPUT_NAME], {INPUT_NAME: x})
-        if got.shape != want.shape or not np.all(np.isfinite(got)):
-            raise ModelError(f"MiniFASNet ONNX export is wrong for batch {n}: shape {got.shape}")
-        diff = float(np.max(np.abs(got - want)))
-        if diff > VERIFY_ATOL:
-            raise ModelError(f"MiniFASNet ONNX export differs from torch at batch {n}: max |diff| {diff:.3g}")
-        worst = max(worst, diff)
+        worst = max(worst, check_close(got, want, VERIFY_ATOL, f"MiniFASNet ONNX export at batch {n}"))
     return worst
 
 
 def convert_architecture(source: Path, dest: Path, architecture: str) -> None:
     """Checkpoint -> verified ONNX at ``dest``; nothing is written at ``dest`` when verification fails."""
     model = load_model(Path(source), architecture)
-    dest = Path(dest)
-    with tempfile.TemporaryDirectory(dir=dest.parent) as tmp:
-        tmp_path = Path(tmp) / dest.name
-        export_onnx(model, tmp_path)
-        verify_onnx(model, tmp_path)
-        tmp_path.replace(dest)
+    write_verified(dest, lambda p: export_onnx(model, p), lambda p: verify_onnx(model, p))
 
 
 def convert_v2(source: Path, dest: Path) -> None:

@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import copy
 import pickle
-import tempfile
-import warnings
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -29,11 +27,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from verilive.errors import ModelError
+from verilive.models.convert.common import check_close, cpu_session, export_legacy, write_verified
 
 SAMPLE_RATE = 16000
 CHUNK_SAMPLES = 160000
 N_CLASSES = 7
-OPSET = 17
 INPUT_NAME = "waveform"
 OUTPUT_NAME = "log_probs"
 # Sinc front end (asteroid ParamSincFB(80, 251, stride=10, min_low_hz=50, min_band_hz=50)).
@@ -213,31 +211,22 @@ def load_model(source: Path) -> PyanNet:
 
 def export_onnx(model: PyanNet, dest: Path) -> None:
     """Write the ONNX file (opset 17, dynamic batch and length), with :func:`shifted_instance_norm`."""
-    example = torch.zeros(1, 1, CHUNK_SAMPLES)
     model = copy.deepcopy(model)
     model.sincnet.shifted_norm = True
-    with torch.no_grad(), warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the legacy exporter's deprecation and LSTM batch_first notes
-        torch.onnx.export(
-            model,
-            (example,),
-            str(dest),
-            dynamo=False,  # legacy TorchScript exporter: no onnxscript dependency
-            input_names=[INPUT_NAME],
-            output_names=[OUTPUT_NAME],
-            opset_version=OPSET,
-            dynamic_axes={INPUT_NAME: {0: "batch", 2: "samples"}, OUTPUT_NAME: {0: "batch", 1: "frames"}},
-            do_constant_folding=True,
-        )
+    export_legacy(
+        model,
+        torch.zeros(1, 1, CHUNK_SAMPLES),
+        dest,
+        input_names=[INPUT_NAME],
+        output_names=[OUTPUT_NAME],
+        dynamic_axes={INPUT_NAME: {0: "batch", 2: "samples"}, OUTPUT_NAME: {0: "batch", 1: "frames"}},
+        ignore=None,  # the legacy exporter's deprecation and LSTM batch_first notes
+    )
 
 
 def verify_onnx(model: PyanNet, path: Path) -> float:
     """onnxruntime against torch on a speech-like random batch; returns the max probability difference."""
-    import onnxruntime as ort
-
-    so = ort.SessionOptions()
-    so.log_severity_level = 3
-    sess = ort.InferenceSession(str(path), so, providers=["CPUExecutionProvider"])
+    sess = cpu_session(path)
     rng = np.random.default_rng(0)
     # Noise bursts of two levels, so the frames are not all one class.
     x = (rng.standard_normal((2, 1, CHUNK_SAMPLES)) * 0.05).astype(np.float32)
@@ -248,22 +237,13 @@ def verify_onnx(model: PyanNet, path: Path) -> float:
         with torch.no_grad():
             want = model(torch.from_numpy(xi)).exp().numpy()
         (got,) = sess.run([OUTPUT_NAME], {INPUT_NAME: xi})
-        got = np.exp(got)
-        if got.shape != (2, num_frames(n), N_CLASSES) or not np.all(np.isfinite(got)):
-            raise ModelError(f"segmentation ONNX export is wrong: shape {got.shape} for {n} samples")
-        diff = float(np.max(np.abs(got - want)))
-        if diff > VERIFY_ATOL:
-            raise ModelError(f"segmentation ONNX export differs from torch: max |diff| {diff:.3g}")
-        worst = max(worst, diff)
+        what = f"segmentation ONNX export for {n} samples"
+        shape = (2, num_frames(n), N_CLASSES)
+        worst = max(worst, check_close(np.exp(got), want, VERIFY_ATOL, what, shape))
     return worst
 
 
 def convert(source: Path, dest: Path) -> None:
     """Converter for the model store: checkpoint → verified ONNX at ``dest``; nothing written on failure."""
     model = load_model(Path(source))
-    dest = Path(dest)
-    with tempfile.TemporaryDirectory(dir=dest.parent) as tmp:
-        tmp_path = Path(tmp) / dest.name
-        export_onnx(model, tmp_path)
-        verify_onnx(model, tmp_path)
-        tmp_path.replace(dest)
+    write_verified(dest, lambda p: export_onnx(model, p), lambda p: verify_onnx(model, p))

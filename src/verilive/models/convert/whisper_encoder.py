@@ -19,17 +19,16 @@ from __future__ import annotations
 
 import re
 import struct
-import warnings
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from verilive.errors import ModelError
+from verilive.models.convert.common import export_legacy
 
 INPUT_NAME = "mel"
 OUTPUTS = ("encoded", "layers")
-OPSET = 17
 N_MELS = 80
 LN_EPS = 1e-5
 _DTYPES = {0: np.float32, 1: np.int8, 2: np.int16, 3: np.int32, 4: np.float16}
@@ -156,21 +155,16 @@ def convert(source: Path, dest: Path) -> None:
 
     weights = read_ct2(source)
     model = build_module(weights)
-    example = torch.zeros(1, N_MELS, 400)
-    with torch.no_grad(), warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the legacy exporter announces its own deprecation
-        torch.onnx.export(
-            model,
-            (example,),
-            str(dest),
-            dynamo=False,  # legacy TorchScript exporter: no onnxscript dependency
-            input_names=[INPUT_NAME],
-            output_names=list(OUTPUTS),
-            opset_version=OPSET,
-            dynamic_axes={
-                INPUT_NAME: {0: "batch", 2: "frames"},
-                "encoded": {0: "batch", 1: "steps"},
-                "layers": {0: "batch", 2: "steps"},
-            },
-            do_constant_folding=True,
-        )
+    export_legacy(
+        model,
+        torch.zeros(1, N_MELS, 400),
+        dest,
+        input_names=[INPUT_NAME],
+        output_names=OUTPUTS,
+        dynamic_axes={
+            INPUT_NAME: {0: "batch", 2: "frames"},
+            "encoded": {0: "batch", 1: "steps"},
+            "layers": {0: "batch", 2: "steps"},
+        },
+        ignore=None,  # the legacy exporter announces its own deprecation
+    )
