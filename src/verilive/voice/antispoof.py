@@ -35,6 +35,7 @@ gets only ``unsuitableInputMessage``, every score null.
 
 from __future__ import annotations
 
+import itertools
 import json
 from dataclasses import dataclass
 from functools import lru_cache
@@ -90,6 +91,11 @@ CLIP_MIN_SAMPLES = 20
 # Without a VAD, 20 ms frames above this level count as speech (a crude energy rule).
 ENERGY_SPEECH_DBFS = -50.0
 MIN_FRAMES = 50  # 0.5 s of spectrogram after trimming
+FEATURE_CHUNK = 500  # spectrogram frames computed at a time
+# The spectrogram network sees at most this many frames at once (8 s, the length it was trained and
+# measured on); a longer clip is judged in equal windows and their logits averaged, so that memory
+# does not grow with the clip (two 30 s clips at once took the service to 733 MiB; issue 46).
+WINDOW_FRAMES = 800
 FCM_SECONDS = 8.0  # the CAM++ front statistics look at this much of the trimmed signal
 
 
@@ -127,25 +133,37 @@ def features(wave16k: np.ndarray, fe: FrontEnd = FrontEnd()) -> np.ndarray:
     x = np.asarray(wave16k, dtype=np.float64)[: int(fe.max_seconds * SR)]
     if x.size < fe.win:
         return empty
+    x = x - x.mean()
     n = 1 + (x.size - fe.win) // fe.hop
-    idx = np.arange(fe.win)[None, :] + fe.hop * np.arange(n)[:, None]
-    frames = (x - x.mean())[idx] * _hann(fe.win)
-    spec = np.fft.rfft(frames, fe.n_fft)[:, 1 : fe.bins + 1]
-    power = spec.real**2 + spec.imag**2
-    frame_power = power.sum(axis=1)
+    window = _hann(fe.win)
+
+    def spectra(start: int, stop: int) -> tuple[np.ndarray, np.ndarray]:
+        # Frames [start, stop) only: a 30 s clip at once held ~80 MiB of temporaries (issue 46).
+        frames = x[np.arange(fe.win)[None, :] + fe.hop * np.arange(start, stop)[:, None]] * window
+        return frames, np.fft.rfft(frames, fe.n_fft)[:, 1 : fe.bins + 1]
+
+    frame_power = np.empty(n)
+    for a in range(0, n, FEATURE_CHUNK):
+        _, spec = spectra(a, min(n, a + FEATURE_CHUNK))
+        frame_power[a : a + spec.shape[0]] = (spec.real**2 + spec.imag**2).sum(axis=1)
     loudest = float(frame_power.max())
     if not loudest > 0.0:
         return empty
     loud = np.flatnonzero(frame_power > loudest * 10 ** (-fe.trim_db / 10))
-    keep = slice(loud[0], loud[-1] + 1)
-    spec, power, frames = spec[keep], power[keep], frames[keep]
+    first, last = int(loud[0]), int(loud[-1]) + 1
+    out = np.empty((2, fe.bins, last - first), np.float32)
     ramp = np.arange(fe.win) - (fe.win - 1) / 2
-    tspec = np.fft.rfft(frames * ramp, fe.n_fft)[:, 1 : fe.bins + 1]
-    reg = 1e-3 * power.mean(axis=1, keepdims=True) + 1e-12 * loudest
-    gd = np.tanh((spec.real * tspec.real + spec.imag * tspec.imag) / (power + reg) / fe.gd_scale)
     ref = loudest / fe.bins  # mean bin power of the loudest frame
-    db = 10 * np.log10(power / ref + 10 ** (-fe.floor_db / 10))
-    return np.ascontiguousarray(np.stack([db.T, gd.T]), dtype=np.float32)
+    for a in range(first, last, FEATURE_CHUNK):
+        frames, spec = spectra(a, min(last, a + FEATURE_CHUNK))
+        power = spec.real**2 + spec.imag**2
+        tspec = np.fft.rfft(frames * ramp, fe.n_fft)[:, 1 : fe.bins + 1]
+        reg = 1e-3 * power.mean(axis=1, keepdims=True) + 1e-12 * loudest
+        gd = np.tanh((spec.real * tspec.real + spec.imag * tspec.imag) / (power + reg) / fe.gd_scale)
+        db = 10 * np.log10(power / ref + 10 ** (-fe.floor_db / 10))
+        out[0, :, a - first : a - first + len(frames)] = db.T
+        out[1, :, a - first : a - first + len(frames)] = gd.T
+    return out
 
 
 def fcm_input(wave16k: np.ndarray, fe: FrontEnd = FrontEnd(), seconds: float = FCM_SECONDS) -> np.ndarray:
@@ -351,8 +369,15 @@ class AntiSpoof:
             if whisper is None:
                 raise ValueError("this anti-spoofing model needs the Whisper statistics")
             inputs["whisper"] = np.asarray(whisper, np.float32).reshape(1, -1)
-        (out,) = self.session.run(None, inputs)
-        return np.asarray(out[0], dtype=np.float64)
+        frames = feats.shape[2]
+        parts = -(-frames // WINDOW_FRAMES)
+        bounds = np.linspace(0, frames, parts + 1).round().astype(int)
+        out = np.zeros(4)
+        for a, b in itertools.pairwise(bounds):
+            # The fusion is linear in the branch logits and only this branch sees the windows.
+            (part,) = self.session.run(None, {**inputs, "features": feats[None, :, :, a:b]})
+            out += np.asarray(part[0], dtype=np.float64) / parts
+        return out
 
     def class_probabilities(self, wave: np.ndarray, sample_rate: int) -> np.ndarray | None:
         """P(bona fide, replay, TTS, VC) of a mono signal, without the suitability checks."""

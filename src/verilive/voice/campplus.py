@@ -240,4 +240,5 @@ def _fcm_session(model_path: Path, intra_op_threads: int) -> Any:
         inits,
     )
     sub = onnx.helper.make_model(sub_graph, opset_imports=model.opset_import, ir_version=model.ir_version)
-    return cpu_session(sub.SerializeToString(), intra_op_threads)
+    # Inputs up to 8 s that vary per call: an arena would keep the largest run of each concurrent call.
+    return cpu_session(sub.SerializeToString(), intra_op_threads, mem_arena=False)

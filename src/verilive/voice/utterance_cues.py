@@ -20,6 +20,7 @@ A value that cannot be measured (e.g. no voiced frames) is NaN; the model replac
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
 
 import numpy as np
 
@@ -35,6 +36,8 @@ VOICED_R = 0.45  # normalised autocorrelation peak above this: voiced (chosen on
 OCTAVE_COST = 0.02  # per octave of lag (as in Boersma's tracker): prefer one period to two
 N_HARM = 6
 MAX_IFD_FRAMES = 300  # the IF deviation is sampled on at most this many frames per utterance
+STFT_CHUNK = 500  # STFT frames analysed at a time
+F0_CHUNK = 400  # F0 frames analysed at a time (a 30 s clip at once held about 120 MiB; issue 46)
 
 FEATURE_NAMES: tuple[str, ...] = (
     *("flat_hi_mean", "flat_hi_std", "flat_lo_mean", "hi_ratio_mean", "hi_ratio_std", "hi_ratio_p90"),
@@ -58,13 +61,20 @@ def active(energy_db: np.ndarray, below: float) -> np.ndarray:
     return energy_db > energy_db.max() - below
 
 
-def spec_features(p: np.ndarray, act: np.ndarray) -> dict[str, float]:
-    """Flatness and level of the upper band; ``p``: power (frames, bins) of active frames."""
-    lo, hi = p[act, 3:128], p[act, 128:256]  # ~100 Hz-4 kHz, 4-8 kHz
+def spec_frame_values(p: np.ndarray) -> np.ndarray:
+    """(frames, 3): upper-band flatness, lower-band flatness and upper/lower level ratio (dB) of
+    each frame of ``p``, power (frames, bins)."""
+    lo, hi = np.ascontiguousarray(p[:, 3:128]), np.ascontiguousarray(p[:, 128:256])  # ~100 Hz-4 kHz, 4-8 kHz
     eps = 1e-12
     flat_hi = np.exp(np.mean(np.log(hi + eps), axis=1)) / (np.mean(hi, axis=1) + eps)
     flat_lo = np.exp(np.mean(np.log(lo + eps), axis=1)) / (np.mean(lo, axis=1) + eps)
     ratio = 10 * np.log10((hi.sum(axis=1) + eps) / (lo.sum(axis=1) + eps))
+    return np.stack([flat_hi, flat_lo, ratio], axis=1)
+
+
+def spec_features(values: np.ndarray, act: np.ndarray) -> dict[str, float]:
+    """Flatness and level of the upper band over the active frames (``values``: spec_frame_values)."""
+    flat_hi, flat_lo, ratio = (np.ascontiguousarray(values[act, i]) for i in range(3))
     return {
         "flat_hi_mean": float(np.mean(flat_hi)),
         "flat_hi_std": float(np.std(flat_hi)),
@@ -75,14 +85,16 @@ def spec_features(p: np.ndarray, act: np.ndarray) -> dict[str, float]:
     }
 
 
-def ifd_features(spec: np.ndarray, act: np.ndarray) -> dict[str, float]:
-    """Phase-vocoder frequency vs interpolated peak frequency (in bins) at the strongest peaks."""
+def ifd_features(spectra: Callable[[np.ndarray], np.ndarray], act: np.ndarray) -> dict[str, float]:
+    """Phase-vocoder frequency vs interpolated peak frequency (in bins) at the strongest peaks;
+    ``spectra(rows)``: the spectrum of those STFT frames (only the sampled frames are computed)."""
     t_idx = np.flatnonzero(act[1:] & act[:-1]) + 1  # frame t and t-1 both active
     t_idx = t_idx[:: max(1, len(t_idx) // MAX_IFD_FRAMES)]
     names = ("ifd_lo_median", "ifd_lo_wmean", "ifd_lo_frac_big", "ifd_hi_median", "ifd_hi_frac_big")
     if t_idx.size == 0:
         return dict.fromkeys(names, np.nan)
-    m = np.log(np.abs(spec[t_idx]) + 1e-9)  # (frames, bins)
+    cur, prev = spectra(t_idx), spectra(t_idx - 1)
+    m = np.log(np.abs(cur) + 1e-9)  # (frames, bins)
     top = m.max(axis=1, keepdims=True)
     inner = m[:, 2:-2]
     peak = (inner > m[:, 1:-3]) & (inner >= m[:, 3:-1]) & (inner > top - 3.0 * 2.3)  # within 30 dB
@@ -96,8 +108,8 @@ def ifd_features(spec: np.ndarray, act: np.ndarray) -> dict[str, float]:
     den = a - 2 * b + c
     delta = np.where(np.abs(den) > 1e-9, 0.5 * (a - c) / np.where(den == 0, 1, den), 0.0)
     dphi = princarg(
-        np.angle(spec[t_idx[:, None], k])
-        - np.angle(spec[t_idx[:, None] - 1, k])
+        np.angle(np.take_along_axis(cur, k, axis=1))
+        - np.angle(np.take_along_axis(prev, k, axis=1))
         - 2 * np.pi * k * HOP / N_FFT
     )
     f_phase = k + dphi * N_FFT / (2 * np.pi * HOP)
@@ -116,14 +128,24 @@ def ifd_features(spec: np.ndarray, act: np.ndarray) -> dict[str, float]:
     }
 
 
-def mod_features(p: np.ndarray, act: np.ndarray) -> dict[str, float]:
-    """Modulation spectrum of 7 band log energies over the active stretch (frame rate 125 Hz)."""
-    edges = [3, 16, 32, 64, 96, 128, 176, 256]  # ~100 Hz .. 8 kHz
+BAND_EDGES = (3, 16, 32, 64, 96, 128, 176, 256)  # ~100 Hz .. 8 kHz
+
+
+def band_sums(p: np.ndarray) -> np.ndarray:
+    """(frames, 7) power of each modulation band in each frame of ``p``, power (frames, bins)."""
+    return np.stack(
+        [np.ascontiguousarray(p[:, a:b]).sum(axis=1) for a, b in itertools.pairwise(BAND_EDGES)], 1
+    )
+
+
+def mod_features(sums: np.ndarray, act: np.ndarray) -> dict[str, float]:
+    """Modulation spectrum of 7 band log energies over the active stretch (frame rate 125 Hz);
+    ``sums``: :func:`band_sums` of every frame."""
     idx = np.flatnonzero(act)
-    seg = p[idx[0] : idx[-1] + 1]
+    seg = sums[idx[0] : idx[-1] + 1]
     if seg.shape[0] < 64:
         return {k: np.nan for k in ("mod_mid_lo", "mod_fast_lo", "mod_mid_hi", "mod_fast_hi")}
-    bands = np.stack([np.log(seg[:, a:b].sum(axis=1) + 1e-10) for a, b in itertools.pairwise(edges)])
+    bands = np.log(np.ascontiguousarray(seg.T) + 1e-10)
     bands -= bands.mean(axis=1, keepdims=True)
     ms = np.abs(np.fft.rfft(bands * np.hanning(bands.shape[1]), axis=1)) ** 2
     fr = np.fft.rfftfreq(bands.shape[1], HOP / SR)
@@ -138,32 +160,41 @@ def mod_features(p: np.ndarray, act: np.ndarray) -> dict[str, float]:
     }
 
 
-def f0_track(x: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """(windowed frames, F0 Hz, voicing strength) of 50 ms frames every 10 ms; normalised
-    autocorrelation (Boersma's correction for the window's own autocorrelation), octave cost,
-    parabolic peak interpolation."""
+def f0_track(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(F0 Hz, voicing strength) of 50 ms frames every 10 ms; normalised autocorrelation
+    (Boersma's correction for the window's own autocorrelation), octave cost, parabolic peak
+    interpolation. Frames are taken F0_CHUNK at a time, so memory does not grow with the clip."""
     fr = frames(x, F0_WIN, F0_HOP)
     w = np.hanning(F0_WIN)
     n = 1152  # >= F0_WIN + the longest lag used (SR / F0_MIN + 1): no circular wrap-around
-    xf = (fr - fr.mean(axis=1, keepdims=True)) * w
-    r = np.fft.irfft(np.abs(np.fft.rfft(xf, n, axis=1)) ** 2, n, axis=1)[:, :F0_WIN]
     rw = np.fft.irfft(np.abs(np.fft.rfft(w, n)) ** 2, n)[:F0_WIN]
-    r = r / (r[:, :1] + 1e-12) / (rw / rw[0])
     lo, hi = int(SR / F0_MAX), int(SR / F0_MIN)
-    seg = r[:, lo : hi + 1]
     # Octave cost: a periodic signal correlates as well at two periods as at one; prefer the shorter lag.
-    k = np.argmax(seg - OCTAVE_COST * np.log2(np.arange(lo, hi + 1) / lo), axis=1) + lo
-    rows = np.arange(len(k))
-    a, b, c = r[rows, k - 1], r[rows, k], r[rows, np.minimum(k + 1, F0_WIN - 1)]
-    den = a - 2 * b + c
-    delta = np.clip(np.where(np.abs(den) > 1e-9, 0.5 * (a - c) / np.where(den == 0, 1, den), 0.0), -0.5, 0.5)
-    lag = k + delta
-    strength = np.clip(b - 0.25 * (a - c) * delta, 0, 1)
-    return xf, SR / lag, strength
+    cost = OCTAVE_COST * np.log2(np.arange(lo, hi + 1) / lo)
+    f0, strength = np.empty(len(fr)), np.empty(len(fr))
+    for start in range(0, len(fr), F0_CHUNK):
+        xf = windowed(fr[start : start + F0_CHUNK], w)
+        r = np.fft.irfft(np.abs(np.fft.rfft(xf, n, axis=1)) ** 2, n, axis=1)[:, :F0_WIN]
+        r = r / (r[:, :1] + 1e-12) / (rw / rw[0])
+        k = np.argmax(r[:, lo : hi + 1] - cost, axis=1) + lo
+        rows = np.arange(len(k))
+        a, b, c = r[rows, k - 1], r[rows, k], r[rows, np.minimum(k + 1, F0_WIN - 1)]
+        den = a - 2 * b + c
+        delta = np.clip(
+            np.where(np.abs(den) > 1e-9, 0.5 * (a - c) / np.where(den == 0, 1, den), 0.0), -0.5, 0.5
+        )
+        f0[start : start + len(k)] = SR / (k + delta)
+        strength[start : start + len(k)] = np.clip(b - 0.25 * (a - c) * delta, 0, 1)
+    return f0, strength
+
+
+def windowed(fr: np.ndarray, w: np.ndarray) -> np.ndarray:
+    """Frames with their mean removed, times the window."""
+    return (fr - fr.mean(axis=1, keepdims=True)) * w
 
 
 def exc_rps_features(x: np.ndarray) -> dict[str, float]:
-    xf, f0, v = f0_track(x)
+    f0, v = f0_track(x)
     fr = frames(x, F0_WIN, F0_HOP)
     e = 10 * np.log10(np.mean(fr**2, axis=1) + 1e-12)
     act = active(e, 35.0)
@@ -191,14 +222,17 @@ def exc_rps_features(x: np.ndarray) -> dict[str, float]:
     n = np.arange(F0_WIN)
     ks = np.arange(1, N_HARM + 1)
     # harmonic k: step**k (one cos/sin, not six); single precision is ample for phases
-    theta = ((2 * np.pi / SR) * f0[vi, None] * n[None, :]).astype(np.float32)
-    step = np.empty(theta.shape, np.complex64)
-    step.real, step.imag = np.cos(theta), -np.sin(theta)
     hk = np.empty((vi.size, N_HARM), np.complex64)
-    term = xf[vi].astype(np.complex64)
-    for j in range(N_HARM):
-        term *= step
-        hk[:, j] = term.sum(axis=1)
+    w = np.hanning(F0_WIN)
+    for start in range(0, vi.size, F0_CHUNK):
+        rows = vi[start : start + F0_CHUNK]
+        theta = ((2 * np.pi / SR) * f0[rows, None] * n[None, :]).astype(np.float32)
+        step = np.empty(theta.shape, np.complex64)
+        step.real, step.imag = np.cos(theta), -np.sin(theta)
+        term = windowed(fr[rows], w).astype(np.complex64)
+        for j in range(N_HARM):
+            term *= step
+            hk[start : start + len(rows), j] = term.sum(axis=1)
     amp = np.abs(hk) + 1e-12
     out["h1h2_mean"] = float(np.mean(20 * np.log10(amp[:, 0] / amp[:, 1])))
     ph = np.angle(hk)
@@ -218,11 +252,27 @@ def feature_dict(x: np.ndarray) -> dict[str, float]:
         x = np.pad(x, (0, F0_WIN - x.size))
     x = x - x.mean()
     x = x / (np.sqrt(np.mean(x**2)) + 1e-9)  # level-invariant
-    fr = frames(x, N_FFT, HOP) * np.hanning(N_FFT)
-    spec = np.fft.rfft(fr, axis=1)
-    p = np.abs(spec) ** 2
-    act = active(10 * np.log10(p.sum(axis=1) + 1e-12), 40.0)
-    return spec_features(p, act) | ifd_features(spec, act) | mod_features(p, act) | exc_rps_features(x)
+    fr = frames(x, N_FFT, HOP)
+    window = np.hanning(N_FFT)
+
+    def spectra(rows: np.ndarray | slice) -> np.ndarray:
+        return np.fft.rfft(fr[rows] * window, axis=1)
+
+    # The STFT a block of frames at a time, keeping only what the cues need of each frame: a
+    # 30 s clip at once held about 50 MiB (issue 46).
+    energy, values, sums = np.empty(len(fr)), np.empty((len(fr), 3)), np.empty((len(fr), 7))
+    for a in range(0, len(fr), STFT_CHUNK):
+        p = np.abs(spectra(slice(a, a + STFT_CHUNK))) ** 2
+        energy[a : a + len(p)] = p.sum(axis=1)
+        values[a : a + len(p)] = spec_frame_values(p)
+        sums[a : a + len(p)] = band_sums(p)
+    act = active(10 * np.log10(energy + 1e-12), 40.0)
+    return (
+        spec_features(values, act)
+        | ifd_features(spectra, act)
+        | mod_features(sums, act)
+        | exc_rps_features(x)
+    )
 
 
 def utterance_features(wave16k: np.ndarray) -> np.ndarray:
