@@ -27,12 +27,12 @@ import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 from verilive.models.store import packaged_path
-from verilive.voice.schemas import ChannelType
+from verilive.voice.linear_model import EmbeddingLinearModel
 
 __all__ = ["AGE_MODEL_FILE", "AgeModel"]
 
@@ -41,7 +41,7 @@ AGE_PACKAGED_ID = "age"  # its id in the manifest's packaged section
 
 
 @dataclass(frozen=True)
-class AgeModel:
+class AgeModel(EmbeddingLinearModel):
     """estimate_years(u) = exp(weights · ((u − mean) / scale) + bias), answered under the rule.
 
     mean, scale, weights: vectors of the embedding's size (scale > 0), bias in log years.
@@ -53,27 +53,15 @@ class AgeModel:
     youngest_answer_years: the youngest age in the training data; answers are not extrapolated below it.
     """
 
-    mean: np.ndarray
-    scale: np.ndarray
-    weights: np.ndarray
-    bias: float
-    init_data_id: str
-    channel: ChannelType
+    NAME: ClassVar[str] = "age model"
+
     min_speech_ms: float
     max_estimate_years: float
     min_sample_rate: int
     youngest_answer_years: int
 
     def __post_init__(self) -> None:
-        dims = {self.mean.shape, self.scale.shape, self.weights.shape}
-        if len(dims) != 1 or self.weights.ndim != 1:
-            raise ValueError("age model: mean, scale and weights must be vectors of one size")
-        if not (
-            np.all(np.isfinite(self.mean)) and np.all(self.scale > 0) and np.all(np.isfinite(self.weights))
-        ):
-            raise ValueError("age model: non-finite parameters or non-positive scale")
-        if not math.isfinite(self.bias):
-            raise ValueError("age model: non-finite bias")
+        super().__post_init__()
         if not (math.isfinite(self.min_speech_ms) and self.min_speech_ms > 0):
             raise ValueError(f"age model: min_speech_ms must be > 0, got {self.min_speech_ms}")
         if not (0 < self.youngest_answer_years <= self.max_estimate_years < 18):
@@ -89,12 +77,7 @@ class AgeModel:
     def from_dict(cls, data: Mapping[str, Any]) -> AgeModel:
         rule = data["rule"]
         return cls(
-            mean=np.asarray(data["mean"], dtype=np.float64),
-            scale=np.asarray(data["scale"], dtype=np.float64),
-            weights=np.asarray(data["weights"], dtype=np.float64),
-            bias=float(data["bias"]),
-            init_data_id=str(data["init_data_id"]),
-            channel=ChannelType(data["channel"]),
+            **cls.linear_fields(data),
             min_speech_ms=float(rule["min_speech_ms"]),
             max_estimate_years=float(rule["max_estimate_years"]),
             min_sample_rate=int(rule["min_sample_rate"]),
@@ -105,25 +88,14 @@ class AgeModel:
     def packaged(cls) -> AgeModel:
         return cls.from_dict(json.loads(packaged_path(AGE_PACKAGED_ID).read_text()))
 
-    @property
-    def dim(self) -> int:
-        return int(self.weights.size)
-
     def judgeable(self, speech_ms: float, sample_rate: int) -> bool:
         """Whether input with this much speech at this rate can be judged at all (checked before
         an embedding is made, so unjudgeable input costs no CAM++ pass)."""
         return sample_rate >= self.min_sample_rate and speech_ms >= self.min_speech_ms
 
-    def _vector(self, unit: np.ndarray) -> np.ndarray:
-        u = np.asarray(unit, dtype=np.float64)
-        if u.shape != self.weights.shape:  # a caller's bug (wrong model), not unsuitable input
-            raise ValueError(f"age model expects a {self.dim}-d embedding, got shape {u.shape}")
-        return u
-
     def estimate_years(self, unit: np.ndarray) -> float:
         """The raw estimate in years from an L2-normalised embedding, whatever the rule says."""
-        u = self._vector(unit)
-        return math.exp(float(self.weights @ ((u - self.mean) / self.scale)) + self.bias)
+        return math.exp(self.score(unit))
 
     def estimate(self, unit: np.ndarray, speech_ms: float, sample_rate: int) -> int | None:
         """The ``age`` attribute: whole years when the rule says the estimate is reliable, else None.

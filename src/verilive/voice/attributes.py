@@ -18,10 +18,9 @@ Runtime is numpy only.
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -31,6 +30,7 @@ from verilive.numeric import sigmoid
 from verilive.voice.age import AgeModel
 from verilive.voice.channel import resolve_channel
 from verilive.voice.engine import SpeechAnalysis, VoiceEngine
+from verilive.voice.linear_model import EmbeddingLinearModel
 from verilive.voice.schemas import ChannelType, Gender, PhoneCallParticipant
 from verilive.voice.templates import VoiceTemplate, require_same_space
 
@@ -53,53 +53,23 @@ class SpeakerAttributes:
 
 
 @dataclass(frozen=True)
-class GenderModel:
+class GenderModel(EmbeddingLinearModel):
     """p(MALE | u) = sigmoid(weights · ((u − mean) / scale) + bias), u = the unit embedding of
     the speech through ``channel`` processing."""
 
-    mean: np.ndarray
-    scale: np.ndarray
-    weights: np.ndarray
-    bias: float
-    init_data_id: str
-    channel: ChannelType
-
-    def __post_init__(self) -> None:
-        dims = {self.mean.shape, self.scale.shape, self.weights.shape}
-        if len(dims) != 1 or self.weights.ndim != 1:
-            raise ValueError("gender model: mean, scale and weights must be vectors of one size")
-        if not (
-            np.all(np.isfinite(self.mean)) and np.all(self.scale > 0) and np.all(np.isfinite(self.weights))
-        ):
-            raise ValueError("gender model: non-finite parameters or non-positive scale")
-        if not math.isfinite(self.bias):
-            raise ValueError("gender model: non-finite bias")
+    NAME: ClassVar[str] = "gender model"
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> GenderModel:
-        return cls(
-            mean=np.asarray(data["mean"], dtype=np.float64),
-            scale=np.asarray(data["scale"], dtype=np.float64),
-            weights=np.asarray(data["weights"], dtype=np.float64),
-            bias=float(data["bias"]),
-            init_data_id=str(data["init_data_id"]),
-            channel=ChannelType(data["channel"]),
-        )
+        return cls(**cls.linear_fields(data))
 
     @classmethod
     def packaged(cls) -> GenderModel:
         return cls.from_dict(json.loads(packaged_path(GENDER_PACKAGED_ID).read_text()))
 
-    @property
-    def dim(self) -> int:
-        return int(self.weights.size)
-
     def p_male(self, unit: np.ndarray) -> float:
         """Probability that the speaker is male, from an L2-normalised embedding."""
-        u = np.asarray(unit, dtype=np.float64)
-        if u.shape != self.weights.shape:
-            raise ValueError(f"gender model expects a {self.dim}-d embedding, got shape {u.shape}")
-        return sigmoid(float(self.weights @ ((u - self.mean) / self.scale)) + self.bias)
+        return sigmoid(self.score(unit))
 
     def predict(self, unit: np.ndarray) -> tuple[Gender, float]:
         """The more probable gender and its probability (≥ 0.5; MALE on an exact tie)."""
