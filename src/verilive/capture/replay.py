@@ -41,17 +41,19 @@ _REDIS_SCHEMES = ("redis://", "rediss://", "unix://")
 
 
 class ReplayStore(ABC):
-    """Thread-safe. ``now`` (Unix seconds) is a parameter so that tests need no sleeping."""
+    """Thread-safe. ``now`` (Unix seconds) is a parameter so that tests need no sleeping.
 
-    @abstractmethod
+    The public methods take the clock and compare vectors; a backend implements the storage steps
+    (``_remember``, ``_count``, ``_record_vector``), each atomic, with ``now`` already resolved."""
+
     def remember(self, namespace: str, key: str, ttl_s: float, now: float | None = None) -> bool:
         """Record ``key`` for ``ttl_s`` seconds; True when it was already recorded and not expired."""
+        return self._remember(namespace, key, ttl_s, _clock(now))
 
-    @abstractmethod
     def count(self, namespace: str, key: str, window_s: float, now: float | None = None) -> int:
         """Record one event of ``key``; the number of its events in the last ``window_s`` seconds."""
+        return self._count(namespace, key, window_s, _clock(now))
 
-    @abstractmethod
     def similar(
         self,
         namespace: str,
@@ -64,9 +66,31 @@ class ReplayStore(ABC):
         """Record ``vector`` under ``buckets[0]`` for ``ttl_s`` seconds; True when a vector of the same
         length recorded earlier under any of ``buckets``, and not expired, is within ``tolerance``
         (see :func:`near`)."""
+        earlier = self._record_vector(namespace, buckets, _pack(vector), ttl_s, _clock(now))
+        mine = np.asarray(vector, dtype=np.float32)
+        return any(near(_unpack(blob), mine, tolerance) for blob in earlier)
+
+    @abstractmethod
+    def _remember(self, namespace: str, key: str, ttl_s: float, now: float) -> bool:
+        """:meth:`remember` at ``now``."""
+
+    @abstractmethod
+    def _count(self, namespace: str, key: str, window_s: float, now: float) -> int:
+        """:meth:`count` at ``now``."""
+
+    @abstractmethod
+    def _record_vector(
+        self, namespace: str, buckets: Sequence[str], packed: bytes, ttl_s: float, now: float
+    ) -> list[bytes]:
+        """Record the packed vector under ``buckets[0]`` until ``now + ttl_s``, in the same atomic step
+        as reading the packed vectors recorded earlier under ``buckets`` and not expired at ``now``."""
 
     def close(self) -> None:  # noqa: B027 (optional for subclasses)
         """Release connections."""
+
+
+def _clock(now: float | None) -> float:
+    return time.time() if now is None else now
 
 
 # Share of coordinates that must agree: one badly tracked frame of a copy must not hide it.
@@ -134,8 +158,7 @@ class SqliteReplayStore(ReplayStore):
                 raise
         return out
 
-    def remember(self, namespace: str, key: str, ttl_s: float, now: float | None = None) -> bool:
-        now = time.time() if now is None else now
+    def _remember(self, namespace: str, key: str, ttl_s: float, now: float) -> bool:
         self._maybe_purge(now)
         before, _ = self._write(
             [
@@ -151,8 +174,7 @@ class SqliteReplayStore(ReplayStore):
         )
         return before is not None and float(before[0]) > now
 
-    def count(self, namespace: str, key: str, window_s: float, now: float | None = None) -> int:
-        now = time.time() if now is None else now
+    def _count(self, namespace: str, key: str, window_s: float, now: float) -> int:
         self._maybe_purge(now)
         _, n = self._write(
             [
@@ -168,18 +190,10 @@ class SqliteReplayStore(ReplayStore):
         )
         return int(n[0])
 
-    def similar(
-        self,
-        namespace: str,
-        buckets: Sequence[str],
-        vector: Sequence[float],
-        tolerance: float,
-        ttl_s: float,
-        now: float | None = None,
-    ) -> bool:
-        now = time.time() if now is None else now
+    def _record_vector(
+        self, namespace: str, buckets: Sequence[str], packed: bytes, ttl_s: float, now: float
+    ) -> list[bytes]:
         self._maybe_purge(now)
-        mine = np.asarray(vector, dtype=np.float32)
         marks = ",".join("?" * len(buckets))
         with self._lock:
             cur = self._db.cursor()
@@ -191,13 +205,13 @@ class SqliteReplayStore(ReplayStore):
                 ).fetchall()
                 cur.execute(
                     "INSERT INTO capture_vectors (ns, bucket, vec, expires) VALUES (?, ?, ?, ?)",
-                    (namespace, buckets[0], _pack(vector), now + ttl_s),
+                    (namespace, buckets[0], packed, now + ttl_s),
                 )
                 cur.execute("COMMIT")
             except BaseException:
                 cur.execute("ROLLBACK")
                 raise
-        return any(near(_unpack(r[0]), mine, tolerance) for r in rows)
+        return [bytes(r[0]) for r in rows]
 
     def _maybe_purge(self, now: float) -> None:
         with self._lock:
@@ -242,13 +256,12 @@ class RedisReplayStore(ReplayStore):
         host = self.url.split("@")[-1]  # never show a password
         return f"RedisReplayStore({host!r})"
 
-    def remember(self, namespace: str, key: str, ttl_s: float, now: float | None = None) -> bool:
+    def _remember(self, namespace: str, key: str, ttl_s: float, now: float) -> bool:
         ms = max(1, math.ceil(ttl_s * 1000.0))
         created = self._redis.set(f"{self.prefix}{namespace}:{key}", b"1", nx=True, px=ms)
         return not created
 
-    def count(self, namespace: str, key: str, window_s: float, now: float | None = None) -> int:
-        now = time.time() if now is None else now
+    def _count(self, namespace: str, key: str, window_s: float, now: float) -> int:
         name = f"{self.prefix}{namespace}:{key}"
         member = f"{now:.6f}:{self._me}:{next(self._ids)}"  # unique even for equal times
         pipe = self._redis.pipeline(transaction=True)
@@ -259,29 +272,20 @@ class RedisReplayStore(ReplayStore):
         results = pipe.execute()
         return int(results[2])
 
-    def similar(
-        self,
-        namespace: str,
-        buckets: Sequence[str],
-        vector: Sequence[float],
-        tolerance: float,
-        ttl_s: float,
-        now: float | None = None,
-    ) -> bool:
+    def _record_vector(
+        self, namespace: str, buckets: Sequence[str], packed: bytes, ttl_s: float, now: float
+    ) -> list[bytes]:
         # One sorted set per bucket, each member a vector (with a random tail, so equal vectors stay
         # two members) scored by its expiry; expired members are dropped on the next write.
-        now = time.time() if now is None else now
         names = [f"{self.prefix}{namespace}:{b}" for b in buckets]
         pipe = self._redis.pipeline(transaction=True)
         pipe.zremrangebyscore(names[0], "-inf", now)
         for name in names:
             pipe.zrangebyscore(name, f"({now}", "+inf")
-        pipe.zadd(names[0], {_pack(vector) + os.urandom(8): now + ttl_s})
+        pipe.zadd(names[0], {packed + os.urandom(8): now + ttl_s})
         pipe.pexpire(names[0], max(1, math.ceil(ttl_s * 1000.0)))
         results = pipe.execute()
-        mine = np.asarray(vector, dtype=np.float32)
-        found = [m for r in results[1 : 1 + len(names)] for m in r]
-        return any(near(_unpack(bytes(m)[:-8]), mine, tolerance) for m in found)
+        return [bytes(m)[:-8] for r in results[1 : 1 + len(names)] for m in r]
 
     def close(self) -> None:
         self._redis.close()
