@@ -10,16 +10,10 @@ from __future__ import annotations
 import numpy as np
 import soxr
 
+from verilive.audio.samples import check_rate
 from verilive.errors import InvalidParameter
 
 SOXR_QUALITY = "HQ"
-
-
-def _check_rate(name: str, rate: object) -> int:
-    # bool is an int subclass; True Hz is a bug, not a rate.
-    if isinstance(rate, bool) or not isinstance(rate, int | np.integer) or int(rate) <= 0:
-        raise InvalidParameter(f"{name} must be a positive whole number of Hz, got {rate!r}")
-    return int(rate)
 
 
 def resample(x: np.ndarray, sr_in: int, sr_out: int) -> np.ndarray:
@@ -30,8 +24,8 @@ def resample(x: np.ndarray, sr_in: int, sr_out: int) -> np.ndarray:
     ``round(len(x) * sr_out / sr_in)`` frames; soxr compensates its own filter delay, so the
     output is time-aligned with the input.
     """
-    sr_in = _check_rate("input sample rate", sr_in)
-    sr_out = _check_rate("output sample rate", sr_out)
+    sr_in = check_rate(sr_in, "input sample rate")
+    sr_out = check_rate(sr_out, "output sample rate")
     arr = np.ascontiguousarray(x, dtype=np.float32)
     if arr.ndim not in (1, 2):
         raise InvalidParameter(f"audio to resample must be 1-D or 2-D (frames, channels), got {arr.ndim}-D")

@@ -41,6 +41,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from verilive.audio.resample import resample
+from verilive.audio.samples import as_mono, check_rate
 from verilive.errors import InvalidParameter
 from verilive.voice.campplus import CamPlusPlus, normalise
 from verilive.voice.segmentation import (
@@ -170,7 +171,8 @@ class Diarizer:
         more speakers than there are splits one of them, and the split-off part may never lead).
         """
         k = self.check_num_speakers(num_speakers)
-        x = _mono(wave, sample_rate)
+        x = as_mono(wave, "diarization input")  # the same rules as the VAD's input
+        check_rate(sample_rate)
         local = self.local_speakers(x, sample_rate)
         return self.link(local, x.size, sample_rate, k)
 
@@ -321,21 +323,6 @@ class Diarizer:
                 if agree.max(initial=-1.0) > 0:
                     extra[off : off + N_FRAMES, int(np.argmax(agree))] += on
         return extra
-
-
-def _mono(wave: np.ndarray, sample_rate: int) -> np.ndarray:
-    """Validated mono float view of ``wave``; the same rules as the VAD's input."""
-    x = np.asarray(wave)
-    if x.ndim == 2 and x.shape[1] == 1:
-        x = x[:, 0]
-    if x.ndim != 1:
-        raise InvalidParameter(f"diarization input must be mono: 1-D or (frames, 1), got shape {x.shape}")
-    if x.size and not np.issubdtype(x.dtype, np.floating):
-        # int16 PCM would be 32768 times too loud; the caller must scale it to [-1, 1].
-        raise InvalidParameter(f"diarization input must be floating point in [-1, 1], got {x.dtype}")
-    if isinstance(sample_rate, bool) or not isinstance(sample_rate, int | np.integer) or sample_rate <= 0:
-        raise InvalidParameter(f"sample rate must be a positive whole number of Hz, got {sample_rate!r}")
-    return np.asarray(x, np.float32)
 
 
 def _fbank_to_segmentation(n_fbank: int) -> np.ndarray:

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from verilive.audio.resample import resample
-from verilive.errors import InvalidParameter
+from verilive.audio.samples import as_mono, check_rate
 
 __all__ = [
     "MODEL_ID",
@@ -82,27 +82,9 @@ class VadConfig:
 # --------------------------------------------------------------------------------- input handling
 
 
-def _check_rate(sample_rate: object) -> int:
-    if isinstance(sample_rate, bool) or not isinstance(sample_rate, int | np.integer) or sample_rate <= 0:
-        raise InvalidParameter(f"sample rate must be a positive whole number of Hz, got {sample_rate!r}")
-    return int(sample_rate)
-
-
-def _as_mono(wave: np.ndarray) -> np.ndarray:
-    arr = np.asarray(wave)
-    if arr.ndim == 2 and arr.shape[1] == 1:
-        arr = arr[:, 0]
-    if arr.ndim != 1:
-        raise InvalidParameter(f"VAD input must be mono: 1-D or (frames, 1), got shape {arr.shape}")
-    if arr.size and not np.issubdtype(arr.dtype, np.floating):
-        # int16 PCM would be 32768 times too loud; the caller must scale it to [-1, 1].
-        raise InvalidParameter(f"VAD input must be floating point in [-1, 1], got {arr.dtype}")
-    return np.ascontiguousarray(arr, dtype=np.float32)
-
-
 def _at_model_rate(wave: np.ndarray, sample_rate: int) -> tuple[np.ndarray, int]:
-    x = _as_mono(wave)
-    rate = _check_rate(sample_rate)
+    x = as_mono(wave, "VAD input")
+    rate = check_rate(sample_rate)
     mr = model_rate(rate)
     return (x if rate == mr else resample(x, rate, mr)), mr
 
@@ -259,7 +241,7 @@ class SileroVad:
         x, mr = _at_model_rate(wave, sample_rate)
         probs = self._probabilities(x, mr)
         return segments_from_probabilities(
-            probs, int(np.shape(wave)[0]), _check_rate(sample_rate), self.config
+            probs, int(np.shape(wave)[0]), check_rate(sample_rate), self.config
         )
 
     def speech_mask(self, wave: np.ndarray, sample_rate: int, hop: int = 1) -> np.ndarray:
