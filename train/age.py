@@ -85,7 +85,7 @@ from train.age_data import (
 
 # bracket_of, make_engine and read_audio are re-exported: eval/age.py and tests/test_age.py use train.age.X
 from train.age_data import bracket_of as bracket_of
-from train.voice_attributes import CHANNELS, rounded
+from train.voice_attributes import CHANNELS, LinearFit, choose_l2_by_cv, standardisation
 from train.voice_attributes import make_engine as make_engine
 from train.voice_attributes import read_audio as read_audio
 
@@ -119,15 +119,9 @@ MIN_BAND_ANSWERS = 10
 
 
 @dataclass(frozen=True)
-class Fitted:
-    mean: np.ndarray
-    scale: np.ndarray
-    weights: np.ndarray
-    bias: float  # log years
-    l2: float
-
+class Fitted(LinearFit):  # bias in log years
     def predict_years(self, units: np.ndarray) -> np.ndarray:
-        return np.exp(((units - self.mean) / self.scale) @ self.weights + self.bias)
+        return np.exp(self.score(units))
 
 
 def fit(units: np.ndarray, years: np.ndarray, l2: float) -> Fitted:
@@ -136,8 +130,7 @@ def fit(units: np.ndarray, years: np.ndarray, l2: float) -> Fitted:
     answers."""
     x = np.asarray(units, dtype=np.float64)
     t = np.log(np.asarray(years, dtype=np.float64))
-    mean = x.mean(axis=0)
-    scale = np.maximum(x.std(axis=0), 1e-6)
+    mean, scale = standardisation(x)
     z = (x - mean) / scale
     bias = float(t.mean())
     w = np.linalg.solve(z.T @ z + l2 * np.eye(z.shape[1]), z.T @ (t - bias))
@@ -147,16 +140,12 @@ def fit(units: np.ndarray, years: np.ndarray, l2: float) -> Fitted:
 def choose_l2(rows: Rows, salt: str) -> tuple[float, dict[float, float]]:
     """Ridge strength with the lowest out-of-fold squared error of log age (5-fold group CV;
     ties: stronger)."""
+
+    def loss(p: np.ndarray) -> float:
+        return float(np.mean((np.log(p) - np.log(rows.years)) ** 2))
+
     folds = rows.folds(salt)
-    losses: dict[float, float] = {}
-    for l2 in LAMBDAS:
-        p = np.empty(len(rows))
-        for k in range(N_FOLDS):
-            m = fit(rows.units[folds != k], rows.years[folds != k], l2)
-            p[folds == k] = m.predict_years(rows.units[folds == k])
-        losses[l2] = float(np.mean((np.log(p) - np.log(rows.years)) ** 2))
-    best = min(losses.values())
-    return max(l2 for l2, v in losses.items() if v <= best + 1e-12), losses
+    return choose_l2_by_cv(rows.units, rows.years, folds, N_FOLDS, LAMBDAS, fit, Fitted.predict_years, loss)
 
 
 def fit_chosen(rows: Rows, salt: str) -> Fitted:
@@ -417,8 +406,6 @@ def model_json(
     n_train: int,
     results: dict[str, Any],
 ) -> dict[str, Any]:
-    from verilive.voice.engine import EMBED_RELU, INIT_DATA_ID
-
     def counts(clips: Sequence[Clip]) -> dict[str, Any]:
         return {
             s: {
@@ -434,14 +421,7 @@ def model_json(
         "formula": "age_years = exp(weights . ((u - mean) / scale) + bias)",
         "input": "u = VoiceEngine.create_template(audio, channel).unit(): L2-normalised CAM++ embedding",
         "channel": FEATURE_CHANNEL,
-        "init_data_id": INIT_DATA_ID,
-        "embed_relu": EMBED_RELU,
-        "dim": int(final.weights.size),
-        "mean": rounded(final.mean),
-        "scale": rounded(final.scale),
-        "weights": rounded(final.weights),
-        "bias": float(f"{final.bias:.7g}"),
-        "l2": final.l2,
+        **final.model_fields(),
         "rule": {
             "what": "age = max(round(estimate), youngest_answer_years) when speech_ms >= min_speech_ms, "
             "sample_rate >= min_sample_rate and estimate <= max_estimate_years; otherwise null",

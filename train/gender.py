@@ -65,7 +65,16 @@ from train.gender_data import (
     speaker_folds,
     split_test,
 )
-from train.voice_attributes import CHANNELS, CROPS_S, hash_order, make_engine, read_audio, rounded
+from train.voice_attributes import (
+    CHANNELS,
+    CROPS_S,
+    LinearFit,
+    choose_l2_by_cv,
+    hash_order,
+    make_engine,
+    read_audio,
+    standardisation,
+)
 
 if TYPE_CHECKING:
     from verilive.voice.attributes import GenderModel
@@ -101,16 +110,9 @@ EXTERNAL_MIN_S = 1.0
 
 
 @dataclass(frozen=True)
-class Fitted:
-    mean: np.ndarray
-    scale: np.ndarray
-    weights: np.ndarray
-    bias: float
-    l2: float
-
+class Fitted(LinearFit):
     def p_male(self, units: np.ndarray) -> np.ndarray:
-        z = ((units - self.mean) / self.scale) @ self.weights + self.bias
-        return 0.5 * (1.0 + np.tanh(0.5 * z))  # the logistic function, overflow-free
+        return 0.5 * (1.0 + np.tanh(0.5 * self.score(units)))  # the logistic function, overflow-free
 
 
 def _objective(design: np.ndarray, y: np.ndarray, theta: np.ndarray, l2: float) -> float:
@@ -125,8 +127,7 @@ def fit(units: np.ndarray, male: np.ndarray, l2: float, iters: int = 100) -> Fit
     y = np.asarray(male, dtype=np.float64)
     if not (0 < y.sum() < y.size):
         raise ValueError("need both genders")
-    mean = x.mean(axis=0)
-    scale = np.maximum(x.std(axis=0), 1e-6)
+    mean, scale = standardisation(x)
     design = np.hstack([(x - mean) / scale, np.ones((x.shape[0], 1))])
     d = design.shape[1]
     reg = l2 * np.eye(d)
@@ -158,15 +159,16 @@ def choose_l2(emb: Embeddings, salt: str) -> tuple[float, dict[float, float]]:
     speakers = [Speaker("", s, bool(m)) for s, m in sorted(set(zip(emb.speaker, emb.male, strict=True)))]
     fold_of = speaker_folds(speakers, N_FOLDS, salt)
     folds = np.array([fold_of[s] for s in emb.speaker])
-    losses: dict[float, float] = {}
-    for l2 in LAMBDAS:
-        p = np.empty(len(folds))
-        for k in range(N_FOLDS):
-            m = fit(emb.units[folds != k], emb.male[folds != k], l2)
-            p[folds == k] = m.p_male(emb.units[folds == k])
-        losses[l2] = metrics.log_loss(p, emb.male)
-    best = min(losses.values())
-    return max(l2 for l2, v in losses.items() if v <= best + 1e-12), losses
+    return choose_l2_by_cv(
+        emb.units,
+        emb.male,
+        folds,
+        N_FOLDS,
+        LAMBDAS,
+        fit,
+        Fitted.p_male,
+        lambda p: metrics.log_loss(p, emb.male),
+    )
 
 
 def cross_validate(emb: Embeddings, log: bool = True) -> tuple[np.ndarray, list[float]]:
@@ -234,22 +236,13 @@ def model_json(
     held: dict[str, dict[str, float]],
     mic_cv: dict[str, dict[str, float]],
 ) -> dict[str, object]:
-    from verilive.voice.engine import EMBED_RELU, INIT_DATA_ID
-
     return {
         "model": "logistic regression (L2), numpy runtime in verilive.voice.attributes",
         "formula": "p_male = 1 / (1 + exp(-(weights . ((u - mean) / scale) + bias)))",
         "input": "u = VoiceEngine.create_template(audio, channel).unit(): L2-normalised CAM++ embedding",
         "channel": FEATURE_CHANNEL,
         "gender_score": "probability of the returned gender, max(p_male, 1 - p_male); MALE if p_male >= 0.5",
-        "init_data_id": INIT_DATA_ID,
-        "embed_relu": EMBED_RELU,
-        "dim": int(final.weights.size),
-        "mean": rounded(final.mean),
-        "scale": rounded(final.scale),
-        "weights": rounded(final.weights),
-        "bias": float(f"{final.bias:.7g}"),
-        "l2": final.l2,
+        **final.model_fields(),
         "training": {
             "data": f"shared/data/{LIBRI_DIR}: LibriSpeech train-clean-100, one utterance per speaker",
             "licence": LICENCE,

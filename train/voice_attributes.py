@@ -11,8 +11,9 @@ import hashlib
 import json
 import os
 from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import numpy as np
 import soundfile as sf
@@ -28,6 +29,8 @@ MANIFEST = REPO / "src" / "verilive" / "models" / "manifest.json"
 CACHE_DIR = Path(os.environ.get("VERILIVE_EVAL_CACHE", "/tmp/verilive-eval-cache"))
 CROPS_S = (1.0, 2.0, 4.0)
 CHANNELS = ("MIC", "TEL")
+
+M = TypeVar("M")
 
 
 def make_engine() -> VoiceEngine:  # imported lazily: only the embedding steps need the models
@@ -109,3 +112,62 @@ def templates(
 def rounded(a: np.ndarray) -> list[float]:
     """Seven significant digits, for the model JSON files."""
     return [float(f"{v:.7g}") for v in np.asarray(a, dtype=np.float64)]
+
+
+@dataclass(frozen=True)
+class LinearFit:
+    """A linear model on standardised embeddings: ``score(u) = ((u − mean) / scale) · weights + bias``
+    (the age model maps the score to years, the gender model to P(male)); ``l2`` the strength it was
+    fitted with."""
+
+    mean: np.ndarray
+    scale: np.ndarray
+    weights: np.ndarray
+    bias: float
+    l2: float
+
+    def score(self, units: np.ndarray) -> np.ndarray:
+        return ((units - self.mean) / self.scale) @ self.weights + self.bias
+
+    def model_fields(self) -> dict[str, Any]:
+        """The model JSON's entries for the embedding space and the parameters, in the file's order."""
+        from verilive.voice.engine import EMBED_RELU, INIT_DATA_ID
+
+        return {
+            "init_data_id": INIT_DATA_ID,
+            "embed_relu": EMBED_RELU,
+            "dim": int(self.weights.size),
+            "mean": rounded(self.mean),
+            "scale": rounded(self.scale),
+            "weights": rounded(self.weights),
+            "bias": float(f"{self.bias:.7g}"),
+            "l2": self.l2,
+        }
+
+
+def standardisation(x: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per-feature mean and standard deviation (at least 1e-6) of the rows of ``x``."""
+    return x.mean(axis=0), np.maximum(x.std(axis=0), 1e-6)
+
+
+def choose_l2_by_cv(
+    units: np.ndarray,
+    targets: np.ndarray,
+    folds: np.ndarray,
+    n_folds: int,
+    lambdas: Sequence[float],
+    fit: Callable[[np.ndarray, np.ndarray, float], M],
+    predict: Callable[[M, np.ndarray], np.ndarray],
+    loss: Callable[[np.ndarray], float],
+) -> tuple[float, dict[float, float]]:
+    """The strength of ``lambdas`` whose out-of-fold predictions (each of folds ``0..n_folds-1`` predicted
+    by ``fit`` on the others) have the lowest ``loss`` (ties: the stronger); and every strength's loss."""
+    losses: dict[float, float] = {}
+    for l2 in lambdas:
+        p = np.empty(len(folds))
+        for k in range(n_folds):
+            m = fit(units[folds != k], targets[folds != k], l2)
+            p[folds == k] = predict(m, units[folds == k])
+        losses[l2] = loss(p)
+    best = min(losses.values())
+    return max(l2 for l2, v in losses.items() if v <= best + 1e-12), losses
