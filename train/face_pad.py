@@ -249,6 +249,21 @@ def check_input() -> np.ndarray:
     return rng.uniform(-1, 1, (2, 3, facepad.INPUT_SIZE, facepad.INPUT_SIZE)).astype(np.float32)
 
 
+def write_model(net: FacePADNet) -> None:
+    """Export the final model (trained with seed SEED + 100) into the package."""
+    export_onnx(
+        net,
+        MODEL_OUT,
+        {
+            "input_size": facepad.INPUT_SIZE,
+            "crop_scale": facepad.CROP_SCALE,
+            "epochs": EPOCHS,
+            "seed": SEED + 100,
+        },
+    )
+    print(f"wrote {MODEL_OUT} ({MODEL_OUT.stat().st_size} bytes)")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cache", default=str(CACHE))
@@ -262,17 +277,7 @@ def main() -> None:
     if args.export_only:
         net = FacePADNet()
         net.load_state_dict(torch.load(cache / "facepad_net.pt", weights_only=True))
-        export_onnx(
-            net,
-            MODEL_OUT,
-            {
-                "input_size": facepad.INPUT_SIZE,
-                "crop_scale": facepad.CROP_SCALE,
-                "epochs": EPOCHS,
-                "seed": SEED + 100,
-            },
-        )
-        print(f"wrote {MODEL_OUT} ({MODEL_OUT.stat().st_size} bytes)")
+        write_model(net)
         return
     items, crops = load(cache)
     fp = crops["facepad"]
@@ -287,17 +292,7 @@ def main() -> None:
     scores["facepad_final"] = final
     np.savez(cache / "facepad_scores.npz", **scores)
     if args.write:
-        export_onnx(
-            net,
-            MODEL_OUT,
-            {
-                "input_size": facepad.INPUT_SIZE,
-                "crop_scale": facepad.CROP_SCALE,
-                "epochs": EPOCHS,
-                "seed": SEED + 100,
-            },
-        )
-        print(f"wrote {MODEL_OUT} ({MODEL_OUT.stat().st_size} bytes)")
+        write_model(net)
     torch.save(net.state_dict(), cache / "facepad_net.pt")
 
 
