@@ -416,6 +416,28 @@ def _face_ellipse(lm: np.ndarray, grow: float) -> tuple[tuple[float, float], tup
     return (float(centre[0]), float(centre[1])), (grow * 1.05 * d, grow * 1.45 * d), angle
 
 
+def _printed_face(
+    source: np.ndarray,
+    source_lm: np.ndarray,
+    dst_lm: np.ndarray,
+    size: tuple[int, int],
+    rng: np.random.Generator,
+    look: PaperLook,
+    max_grow: float,
+) -> tuple[np.ndarray, np.ndarray, tuple[tuple[float, float], tuple[float, float], float]]:
+    """``source``'s face printed (:func:`render_print`) and aligned to ``dst_lm`` in a frame of ``size``
+    (w, h); the filled face ellipse (grown by a random 1..``max_grow``) as a 0/1 mask; that ellipse."""
+    w, h = size
+    m = _similarity(source_lm, dst_lm)
+    printed = render_print(cv2.warpAffine(source, m, (w, h), borderMode=cv2.BORDER_REFLECT), rng, look)
+    centre, axes, angle = _face_ellipse(dst_lm, rng.uniform(1.0, max_grow))
+    mask = np.zeros((h, w), np.float32)
+    cv2.ellipse(
+        mask, (round(centre[0]), round(centre[1])), (round(axes[0]), round(axes[1])), angle, 0, 360, 1.0, -1
+    )
+    return printed, mask, (centre, axes, angle)
+
+
 def _shade_plane(rng: np.random.Generator, h: int, w: int, strength: float) -> np.ndarray:
     """Light on a flat sheet: a linear gradient in a random direction (no 3-D shading)."""
     yy, xx = np.mgrid[0:h, 0:w].astype(np.float32)
@@ -439,13 +461,8 @@ def paper_mask_attack(
     the nose (the two halves catch different light), a visible paper edge with its shadow, gloss.
     """
     h, w = target.shape[:2]
-    m = _similarity(source_lm, target_lm)
-    printed = render_print(cv2.warpAffine(source, m, (w, h), borderMode=cv2.BORDER_REFLECT), rng, look)
-    centre, axes, angle = _face_ellipse(target_lm, rng.uniform(1.0, 1.25))
-    mask = np.zeros((h, w), np.float32)
-    cv2.ellipse(
-        mask, (round(centre[0]), round(centre[1])), (round(axes[0]), round(axes[1])), angle, 0, 360, 1.0, -1
-    )
+    printed, mask, ellipse = _printed_face(source, source_lm, target_lm, (w, h), rng, look, 1.25)
+    centre, axes, angle = ellipse
     parts = []
     lm = np.asarray(target_lm, np.float64)
     ipd = max(float(np.hypot(*(lm[1] - lm[0]))), 1.0)
@@ -588,13 +605,7 @@ def mannequin_attack(
     skin = colour * shade
     a = cv2.GaussianBlur(body, (0, 0), 1.0)[..., None]
     frame = frame * (1 - a) + skin * a
-    m = _similarity(source_lm, dst_lm)
-    printed = render_print(cv2.warpAffine(source, m, (fw, fh), borderMode=cv2.BORDER_REFLECT), rng, look)
-    centre, axes, angle = _face_ellipse(dst_lm, rng.uniform(1.0, 1.2))
-    face = np.zeros((fh, fw), np.float32)
-    cv2.ellipse(
-        face, (round(centre[0]), round(centre[1])), (round(axes[0]), round(axes[1])), angle, 0, 360, 1.0, -1
-    )
+    printed, face, _ = _printed_face(source, source_lm, dst_lm, (fw, fh), rng, look, 1.2)
     f = cv2.GaussianBlur(face * head, (0, 0), 0.8)[..., None]
     frame = frame * (1 - f) + printed * shade * f
     q = int(rng.integers(75, 95))

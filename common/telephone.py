@@ -180,13 +180,20 @@ def _gsm(x: np.ndarray, kbps: float | None, lost: np.ndarray) -> np.ndarray:
     return conceal(_libsndfile(x, "WAV", "GSM610"), lost)
 
 
+def _load_library(name: str, fallback: str, missing: str) -> ctypes.CDLL:
+    """The C library ``name`` (``fallback``: the file tried when the linker cache does not list it);
+    RuntimeError ``missing`` when it is not installed."""
+    path = ctypes.util.find_library(name) or fallback
+    try:
+        return ctypes.CDLL(path)
+    except OSError as exc:
+        raise RuntimeError(missing) from exc
+
+
 @cache
 def _amr_lib() -> ctypes.CDLL:
-    path = ctypes.util.find_library("opencore-amrnb") or "libopencore-amrnb.so.0"
-    try:
-        lib = ctypes.CDLL(path)
-    except OSError as exc:
-        raise RuntimeError("AMR-NB needs libopencore-amrnb (Debian libopencore-amrnb0)") from exc
+    missing = "AMR-NB needs libopencore-amrnb (Debian libopencore-amrnb0)"
+    lib = _load_library("opencore-amrnb", "libopencore-amrnb.so.0", missing)
     lib.Encoder_Interface_init.restype = ctypes.c_void_p
     lib.Encoder_Interface_init.argtypes = [ctypes.c_int]
     lib.Encoder_Interface_Encode.restype = ctypes.c_int
@@ -244,11 +251,7 @@ OPUS_GET_LOOKAHEAD = 4027
 
 @cache
 def _opus_lib() -> ctypes.CDLL:
-    path = ctypes.util.find_library("opus") or "libopus.so.0"
-    try:
-        lib = ctypes.CDLL(path)
-    except OSError as exc:
-        raise RuntimeError("Opus needs libopus (Debian libopus0)") from exc
+    lib = _load_library("opus", "libopus.so.0", "Opus needs libopus (Debian libopus0)")
     lib.opus_encoder_create.restype = ctypes.c_void_p
     lib.opus_encoder_create.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_void_p]
     lib.opus_decoder_create.restype = ctypes.c_void_p
