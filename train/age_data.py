@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 
 from train.voice_attributes import CACHE_DIR, embeddings_key, hash_order, make_engine, read_audio, templates
+from verilive.unionfind import find_root
 
 SO_DIR = "voice/age_speechocean762"
 CV_DIR = "voice/age_cv_es_mx"
@@ -75,10 +76,7 @@ def _groups(names: Sequence[str], pairs: Iterable[tuple[str, str]]) -> dict[str,
     parent = {n: n for n in names}
 
     def root(n: str) -> str:
-        while parent[n] != n:
-            parent[n] = parent[parent[n]]
-            n = parent[n]
-        return n
+        return find_root(parent, n)
 
     for a, b in pairs:
         ra, rb = root(a), root(b)

@@ -20,6 +20,7 @@ from verilive.face.detector import FaceDetector
 from verilive.face.image import ImageError, decode_image
 from verilive.face.mesh import FaceMesh, Mesh, Roi, roi_from_face, roi_from_points
 from verilive.face.motion3d import RIGID_POINTS, Motion3D, Thresholds, Verdict, judge, shape_rotation
+from verilive.unionfind import find_root
 
 # The mesh's face-presence probability under which the track is lost and the detector re-seeds it.
 MIN_PRESENCE = 0.5
@@ -236,10 +237,7 @@ def linked_frames(track: BurstTrack, anchor: int) -> set[int]:
     parent = {i: i for i in faces}
 
     def root(i: int) -> int:
-        while parent[i] != i:
-            parent[i] = parent[parent[i]]
-            i = parent[i]
-        return i
+        return find_root(parent, i)
 
     # Compared inside the box of all the burst's faces, with faces at most LINK_SIDE px across: finer
     # detail is noise at 5 fps, and costs time.
