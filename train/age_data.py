@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 import csv
-import sys
-import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 
 import numpy as np
 
-from train.voice_attributes import CACHE_DIR, embeddings_key, hash_order, make_engine, read_audio, templates
+from train.voice_attributes import CACHE_DIR, embed_files, embeddings_cache, hash_order
 from verilive.unionfind import find_root
 
 SO_DIR = "voice/age_speechocean762"
@@ -170,23 +167,18 @@ def crop_start(clip_file: str, length_s: float, frames: int, crop_frames: int) -
 
 def embed_clips(clips: Sequence[Clip], root: Path, log: bool = True) -> Embeddings:
     """Every piece of every clip through both channels, cached under $VERILIVE_EVAL_CACHE."""
-    key = embeddings_key(SEED, [c.file for c in clips])
-    cache = CACHE_DIR / f"age-embeddings-{key}.npz"
+    names = [c.file for c in clips]
+    cache = embeddings_cache("age", SEED, names)
     if cache.exists():
         z = np.load(cache)
         return Embeddings(z["units"], z["clip"], z["condition"], z["speech_ms"])
 
-    engine = make_engine()
     units, files, cond, speech = [], [], [], []
-    t0 = time.time()
-    for i, c in enumerate(clips):
-        for condition, t in templates(engine, read_audio(root / c.file), partial(crop_start, c.file)):
-            units.append(t.unit())
-            files.append(c.file)
-            cond.append(condition)
-            speech.append(t.speech_ms)
-        if log and (i + 1) % 50 == 0:
-            print(f"  embedded {i + 1}/{len(clips)} clips ({time.time() - t0:.0f} s)", file=sys.stderr)
+    for i, condition, t in embed_files([root / n for n in names], names, crop_start, "clips", 50, log):
+        units.append(t.unit())
+        files.append(clips[i].file)
+        cond.append(condition)
+        speech.append(t.speech_ms)
     emb = Embeddings(
         np.stack(units).astype(np.float32),
         np.array(files),

@@ -3,16 +3,13 @@
 from __future__ import annotations
 
 import csv
-import sys
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from functools import partial
 from pathlib import Path
 
 import numpy as np
 
-from train.voice_attributes import CACHE_DIR, embeddings_key, hash_order, make_engine, read_audio, templates
+from train.voice_attributes import CACHE_DIR, embed_files, embeddings_cache, hash_order
 
 LIBRI_DIR = "voice/librispeech_251spk_gender"
 
@@ -87,25 +84,18 @@ def crop_start(speaker: str, length_s: float, frames: int, crop_frames: int) -> 
 
 def embed_speakers(speakers: Sequence[Speaker], root: Path, log: bool = True) -> Embeddings:
     """Every condition of every utterance, cached under $VERILIVE_EVAL_CACHE."""
-    key = embeddings_key(SEED, [s.file for s in speakers])
-    cache = CACHE_DIR / f"gender-embeddings-{key}.npz"
+    cache = embeddings_cache("gender", SEED, [s.file for s in speakers])
     if cache.exists():
         z = np.load(cache)
         return Embeddings(z["units"], z["speaker"], z["male"], z["condition"])
 
-    engine = make_engine()
     units, spk, male, cond = [], [], [], []
-    t0 = time.time()
-    for i, s in enumerate(speakers):
-        for condition, t in templates(engine, read_audio(root / s.file), partial(crop_start, s.speaker)):
-            units.append(t.unit())
-            spk.append(s.speaker)
-            male.append(s.male)
-            cond.append(condition)
-        if log and (i + 1) % 25 == 0:
-            print(
-                f"  embedded {i + 1}/{len(speakers)} utterances ({time.time() - t0:.0f} s)", file=sys.stderr
-            )
+    paths, keys = [root / s.file for s in speakers], [s.speaker for s in speakers]
+    for i, condition, t in embed_files(paths, keys, crop_start, "utterances", 25, log):
+        units.append(t.unit())
+        spk.append(speakers[i].speaker)
+        male.append(speakers[i].male)
+        cond.append(condition)
     emb = Embeddings(
         np.stack(units).astype(np.float32), np.array(spk), np.array(male, dtype=bool), np.array(cond)
     )

@@ -10,8 +10,11 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import sys
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
@@ -73,6 +76,31 @@ def embeddings_key(seed: int, files: Sequence[str]) -> str:
             ]
         ).encode()
     ).hexdigest()[:16]
+
+
+def embeddings_cache(kind: str, seed: int, files: Sequence[str]) -> Path:
+    """Where the embeddings of ``files`` for the ``kind`` training ("age", "gender") are cached."""
+    return CACHE_DIR / f"{kind}-embeddings-{embeddings_key(seed, files)}.npz"
+
+
+def embed_files(
+    paths: Sequence[Path],
+    crop_keys: Sequence[str],
+    crop_start: Callable[[str, float, int, int], int],
+    noun: str,
+    every: int,
+    log: bool = True,
+) -> Iterator[tuple[int, str, VoiceTemplate]]:
+    """``(index, "<piece>/<channel>", template)`` of every piece of every recording of ``paths``
+    (:func:`templates`; ``crop_start(crop_keys[index], ...)`` places its crops), with one engine; with
+    ``log``, the progress on stderr every ``every`` recordings, counted as ``noun``."""
+    engine = make_engine()
+    t0 = time.time()
+    for i, (path, key) in enumerate(zip(paths, crop_keys, strict=True)):
+        for condition, t in templates(engine, read_audio(path), partial(crop_start, key)):
+            yield i, condition, t
+        if log and (i + 1) % every == 0:
+            print(f"  embedded {i + 1}/{len(paths)} {noun} ({time.time() - t0:.0f} s)", file=sys.stderr)
 
 
 def pieces(audio: Audio, crop_start: Callable[[float, int, int], int]) -> list[tuple[str, Audio]]:
