@@ -90,7 +90,7 @@ def test_the_image_serves_the_three_services(built: str, tmp_path: Path, shared_
         assert 0.5 <= capture["probability"] <= 1.0, capture  # type: ignore[operator]
     # Stopped by SIGTERM: uvicorn shut down in order, and the container is gone.
     log = (tmp_path / "all.log").read_text()
-    assert "Finished server process" in log or "Shutting down" in log, log[-2000:]
+    assert "shutting down (pid" in log and "stopped (pid" in log, log[-2000:]
     if builder() == "buildah":
         left = subprocess.run(["buildah", "containers", "--quiet"], capture_output=True, text=True).stdout
         assert left.strip() == "", left

@@ -93,7 +93,8 @@ class TextFormatter(logging.Formatter):
 
 
 # uvicorn's life-cycle lines, written once per server: `serve all` runs three servers in one
-# process, so a person saw each three times. The runner writes one line per process instead.
+# process, so a person saw each three times. The runner writes one line per process instead, at
+# start ("serving ..."), on SIGTERM ("shutting down ...") and at the end ("stopped ...").
 _UVICORN_CHATTER = (
     "Started server process",
     "Waiting for application startup",

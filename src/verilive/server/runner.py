@@ -115,6 +115,8 @@ async def serve_apps(
     loop = asyncio.get_running_loop()
 
     def stop() -> None:
+        if not any(s.should_exit for s in servers):
+            log.info("shutting down (pid %d): finishing the requests in flight", os.getpid())
         for s in servers:
             s.should_exit = True
 
@@ -128,6 +130,8 @@ async def serve_apps(
         )
     finally:
         announce.cancel()
+    if all(s.started for s in servers):
+        log.info("stopped (pid %d)", os.getpid())
     if not all(s.started for s in servers):
         raise RuntimeError("a service failed to start (is its port already in use?)")
 
