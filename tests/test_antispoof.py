@@ -312,7 +312,7 @@ def test_separates_lpc_vocoding_from_its_source(
     pairs = []
     for i, (x, sr) in enumerate(_bona_fide(shared_dir, held_out)[:8]):
         x16 = resample(x, sr, 16000)
-        _, f0, strength = f0_track(x16)
+        f0, strength = f0_track(x16)
         times = (np.arange(f0.size) * F0_HOP + F0_WIN / 2) / 16000
         y, _ = lpc_vocode(x16, f"test/{i}", (times, np.where(strength > VOICED_R, f0, 0.0)))
         pairs.append((anti.evaluate(audio(x16, 16000)), anti.evaluate(audio(y, 16000))))
