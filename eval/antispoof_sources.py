@@ -28,17 +28,12 @@ from pathlib import Path
 import numpy as np
 from common.metrics import eer_between
 from common.repo import REPO, replace_section
-from common.telephone import Line, telephone
+from common.telephone import telephone
+
+from eval.telephone import LINES  # the lines of the telephone targets (G.711, GSM, AMR-NB, Opus, a bad line)
 
 DOCS_MD = REPO / "docs" / "antispoof.md"
 OUT_PNG = REPO / "docs" / "antispoof_sources.png"
-LINES = {
-    "g711u": Line("g711u"),
-    "gsm": Line("gsm"),
-    "amr-nb-7.4": Line("amr-nb", 7.4),
-    "opus-8": Line("opus", 8.0),
-    "bad-line": Line("amr-nb", 4.75, loss=0.03, snr_db=15.0),
-}
 THRESHOLD = 0.5  # the documented default: P(bona fide) below it is a spoof
 MAX_REJECTED = 0.05  # the bound on genuine speech rejected
 

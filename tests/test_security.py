@@ -19,15 +19,13 @@ import numpy as np
 import pytest
 from fastapi.testclient import TestClient
 
-from verilive.capture.bundle import public_key_b64
+from tests.helpers import KEY, PUBLIC, settings_for
 from verilive.capture.client import build_bundle
 from verilive.capture.sdk_routes import STATIC_DIR, client_answer
 from verilive.config import Settings
 from verilive.server.app import create_service_app
 from verilive.server.logs import JsonFormatter
 
-KEY = Path(__file__).parent / "fixtures" / "capture_test_key.pem"
-PUBLIC = public_key_b64(KEY.read_bytes())
 OCTET = {"content-type": "application/octet-stream"}
 MARKER = "order-5f3a-CONFIDENTIAL-77"  # external data that must never be logged
 
@@ -59,17 +57,8 @@ def log_lines() -> Iterator[list[str]]:
 
 @pytest.fixture(scope="module")
 def capture(models_settings: Settings, tmp_path_factory: pytest.TempPathFactory) -> Iterator[TestClient]:
-    tmp = tmp_path_factory.mktemp("security")
-    settings = models_settings.model_copy(
-        update={
-            "capture_private_keys": [str(KEY)],
-            "capture_replay_url": f"sqlite:///{tmp}/replay.sqlite3",
-            "bi_database_url": f"sqlite:///{tmp}/bi.sqlite3",
-            "capture_device_captures_per_minute": 1000,
-            # These tests are about the other detectors; the 3D check is tests/test_capture_binding.py.
-            "capture_motion3d": "use",
-        }
-    )
+    # These tests are about the other detectors; the 3D check is tests/test_capture_binding.py.
+    settings = settings_for(models_settings, tmp_path_factory.mktemp("security"))
     with TestClient(create_service_app("capture", settings), raise_server_exceptions=False) as c:
         yield c
 
