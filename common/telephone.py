@@ -63,6 +63,17 @@ class Line:
         return f"{self.codec}{rate}{loss}{noise}"
 
 
+#: The lines the telephone targets are measured through (issues 31, 46, 48): G.711, GSM 06.10, AMR-NB
+#: and Opus at 8 kbit/s, and a bad line.
+LINES = {
+    "g711u": Line("g711u"),
+    "gsm": Line("gsm"),
+    "amr-nb-7.4": Line("amr-nb", 7.4),
+    "opus-8": Line("opus", 8.0),
+    "bad-line": Line("amr-nb", 4.75, loss=0.03, snr_db=15.0),
+}
+
+
 def telephone(wave: np.ndarray, sample_rate: int, line: Line = Line(), seed: int = 0) -> np.ndarray:
     """``wave`` (mono float, any rate) as heard at the other end of ``line``: float32 at 8 kHz."""
     rng = np.random.default_rng(seed)

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 from common.metrics import det_curve, eer
 from common.repo import REPO, data_root, replace_section
-from common.telephone import Line, telephone
+from common.telephone import LINES, telephone
 
 from eval.trials import Snippet, Trial, build_trials, snippets_of
 
@@ -50,14 +50,6 @@ OUT_PNG = REPO / "docs" / "telephone_det.png"
 CV_DIR = "voice/age_cv_es_mx"
 SO_DIR = "voice/age_speechocean762"
 
-#: The lines of the issue's targets: G.711, GSM 06.10, AMR-NB and Opus at 8 kbit/s, and a bad line.
-LINES = {
-    "g711u": Line("g711u"),
-    "gsm": Line("gsm"),
-    "amr-nb-7.4": Line("amr-nb", 7.4),
-    "opus-8": Line("opus", 8.0),
-    "bad-line": Line("amr-nb", 4.75, loss=0.03, snr_db=15.0),
-}
 #: Prefix of the views whose telephone side is made by the telephone-adapted CAM++ (``campplus_tel``,
 #: train/telephone_student.py), as the shipped engine makes them; unprefixed: the plain CAM++.
 S = "s:"

@@ -21,10 +21,10 @@ import zlib
 import numpy as np
 import soundfile as sf
 from common.repo import REPO, data_root, replace_section
-from common.telephone import telephone
+from common.telephone import LINES, telephone
 
 from eval.diarization import Score, dev_excerpts, score, turns_to_annotation
-from eval.telephone import DOCS_MD, LINES
+from eval.telephone import DOCS_MD
 
 OUT_PNG = REPO / "docs" / "telephone_diarization.png"
 COMPARE_ADAPTED = ("g711u", "amr-nb-7.4")  # lines also diarized with campplus_tel's embeddings

@@ -236,9 +236,11 @@ def test_separates_held_out_bona_fide_from_spoofs(
         assert r.unsuitable is None and r.score is not None
     sb = np.array([r.score for r in bona])
     ss = np.array([r.score for r in [*nii, *esp]])
-    # ranking: nearly every (bona fide, spoof) pair is ordered right
+    # ranking: most (bona fide, spoof) pairs are ordered right. 0.85, not 0.9: issue 46's head,
+    # trained on public sources, trades this in-domain ranking (0.89; the fusion before it: >= 0.9)
+    # for the sources it never saw (pooled EER 28.4 -> 15.5 %, docs/antispoof.md)
     auc = np.mean(sb[:, None] > ss[None, :])
-    assert auc >= 0.9, (sb, ss)
+    assert auc >= 0.85, (sb, ss)
     assert np.median(sb) > 0.5 > np.median(ss)
     # the attack class of generated TTS is mostly recognised as TTS
     tts_top = [

@@ -27,7 +27,13 @@ input normalisation and its calibration folded in (docs/antispoof.md):
    leave-one-source-out scores), mapped by one affine calibration, gives the bona fide logit, and
    their summed log-probabilities, recalibrated, split the rest between the attack classes. A softmax of the
    four logits (bona fide, replay, TTS, VC) gives ``score`` = P(bona fide) and ``scoreReplay``,
-   ``scoreTts``, ``scoreVc`` = P(each attack class), which sum to 1.
+   ``scoreTts``, ``scoreVc`` = P(each attack class), which sum to 1;
+6. a model may also output a bona fide logit per channel (``channel_logits``; the metadata's
+   ``channel_logits`` names the columns, "wideband" and "telephone", told apart as templates do,
+   ``voice/channel.py``): a linear head on the four branch log-odds, the CAM++ front statistics and
+   the Whisper statistics, trained on public sources the branches never saw, with the channel's
+   threshold, chosen leaving one source out, folded into its bias (issue 46,
+   train/antispoof_calibration.py). It then replaces the fused bona fide logit.
 
 Input that cannot be judged (no audio, clipped, no speech, less than ``MIN_SPEECH_S`` of speech)
 gets only ``unsuitableInputMessage``, every score null.
@@ -48,6 +54,8 @@ from verilive.audio import Audio, resample
 from verilive.models.sessions import cpu_session
 from verilive.models.store import packaged_path
 from verilive.numeric import softmax
+from verilive.voice.channel import resolve_channel
+from verilive.voice.schemas import ChannelType
 from verilive.voice.utterance_cues import FEATURE_NAMES, utterance_features
 
 if TYPE_CHECKING:
@@ -91,7 +99,7 @@ CLIP_MIN_SAMPLES = 20
 # Without a VAD, 20 ms frames above this level count as speech (a crude energy rule).
 ENERGY_SPEECH_DBFS = -50.0
 MIN_FRAMES = 50  # 0.5 s of spectrogram after trimming
-FEATURE_CHUNK = 500  # spectrogram frames computed at a time
+FEATURE_CHUNK = 200  # spectrogram frames computed at a time (500: 8 MiB more per concurrent 30 s call)
 # The spectrogram network sees at most this many frames at once (8 s, the length it was trained and
 # measured on); a longer clip is judged in equal windows and their logits averaged, so that memory
 # does not grow with the clip (two 30 s clips at once took the service to 733 MiB; issue 46).
@@ -195,8 +203,12 @@ def whisper_input(wave16k: np.ndarray, fe: FrontEnd = FrontEnd(), seconds: float
 def whisper_stats(layers: np.ndarray) -> np.ndarray:
     """(depths * dims * 2,) float32: per depth, the mean and the standard deviation over time of
     one clip's [depths, steps, dims] Whisper residual stream (depth-major, means first)."""
-    x = np.asarray(layers, np.float64)
-    return np.concatenate([x.mean(axis=1), x.std(axis=1)], axis=1).reshape(-1).astype(np.float32)
+    # one depth at a time in float64: the whole stream in float64 was 11 MiB per concurrent 8 s call
+    out = []
+    for depth in np.asarray(layers):
+        x = depth.astype(np.float64)
+        out.append(np.concatenate([x.mean(axis=0), x.std(axis=0)]))
+    return np.concatenate(out).astype(np.float32)
 
 
 def log_spectrogram(wave16k: np.ndarray, fe: FrontEnd = FrontEnd()) -> np.ndarray:
@@ -275,6 +287,11 @@ class AntiSpoof:
         self.whisper_id: str | None = self.meta.get("whisper")
         if (self.whisper_id is None) != ("whisper" not in inputs):
             raise ValueError("the anti-spoofing model's Whisper input and metadata disagree")
+        # The bona fide logit per channel, chosen leaving one public source out
+        # (train/antispoof_calibration.py); without it the graph's own fusion is the answer.
+        self.channels: tuple[str, ...] = tuple(self.meta.get("channel_logits", ()))
+        if self.channels and "channel_logits" not in [o.name for o in self.session.get_outputs()]:
+            raise ValueError("the anti-spoofing model's metadata names channel logits its graph lacks")
         self.vad = vad
         self._embedder = embedder
         self._whisper = whisper
@@ -355,11 +372,18 @@ class AntiSpoof:
         return None
 
     def logits(
-        self, feats: np.ndarray, cues: np.ndarray, fcm: np.ndarray, whisper: np.ndarray | None = None
+        self,
+        feats: np.ndarray,
+        cues: np.ndarray,
+        fcm: np.ndarray,
+        whisper: np.ndarray | None = None,
+        channel: str | None = None,
     ) -> np.ndarray:
         """Calibrated logits (4,) of one (2, bins, frames) :func:`features` array, its (32,)
         utterance cues (NaN where not measurable), its (320, frames) CAM++ front output and, for a
-        model with the Whisper branch, its :meth:`whisper_features`."""
+        model with the Whisper branch, its :meth:`whisper_features`. ``channel`` ("wideband" or
+        "telephone"): the bona fide logit is the graph's ``channel_logits`` output for it, when the
+        model has one; None keeps the graph's own fusion."""
         inputs = {
             "features": feats[None],
             "cues": np.asarray(cues, np.float32).reshape(1, -1),
@@ -372,21 +396,35 @@ class AntiSpoof:
         frames = feats.shape[2]
         parts = -(-frames // WINDOW_FRAMES)
         bounds = np.linspace(0, frames, parts + 1).round().astype(int)
-        out = np.zeros(4)
+        col = self.channels.index(channel) if channel in self.channels else None
+        names = ["logits"] if col is None else ["logits", "channel_logits"]
+        out, bona = np.zeros(4), 0.0
         for a, b in itertools.pairwise(bounds):
-            # The fusion is linear in the branch logits and only this branch sees the windows.
-            (part,) = self.session.run(None, {**inputs, "features": feats[None, :, :, a:b]})
-            out += np.asarray(part[0], dtype=np.float64) / parts
+            # Both outputs are linear in the branch logits, and only this branch sees the windows.
+            got = self.session.run(names, {**inputs, "features": feats[None, :, :, a:b]})
+            out += np.asarray(got[0][0], dtype=np.float64) / parts
+            if col is not None:
+                bona += float(got[1][0, col]) / parts
+        if col is not None:
+            out[0] = bona
         return out
 
     def class_probabilities(self, wave: np.ndarray, sample_rate: int) -> np.ndarray | None:
-        """P(bona fide, replay, TTS, VC) of a mono signal, without the suitability checks."""
+        """P(bona fide, replay, TTS, VC) of a mono signal, without the suitability checks. The
+        channel (telephone or wideband) is told as templates tell it (``voice/channel.py``)."""
+        tel = resolve_channel(None, sample_rate, wave) is ChannelType.TEL
         x = as_pcm16(resample(wave, sample_rate, SR)[: int(self.frontend.max_seconds * SR)])
         feats = features(x, self.frontend)
         if feats.shape[2] < MIN_FRAMES:
             return None
         return softmax(
-            self.logits(feats, utterance_features(x), self.fcm_frames(x), self.whisper_features(x))
+            self.logits(
+                feats,
+                utterance_features(x),
+                self.fcm_frames(x),
+                self.whisper_features(x),
+                "telephone" if tel else "wideband",
+            )
         )
 
     def evaluate(self, audio: Audio, speech_seconds: float | None = None) -> SpoofScores:
