@@ -207,3 +207,40 @@ def test_port_in_use_is_a_clear_error(tmp_path: Path) -> None:
         taken.close()
     assert res.returncode == 1
     assert b"cannot listen" in res.stderr
+
+
+def test_malloc_arenas_are_capped_by_the_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One glibc arena by default (memory freed by one request thread is reused by the next); 0
+    leaves glibc alone; off Linux nothing is called."""
+    import sys
+
+    from verilive.config import Settings
+    from verilive.server import runner
+
+    assert Settings().malloc_arenas == 1
+    monkeypatch.setenv("VERILIVE_MALLOC_ARENAS", "0")
+    assert Settings().malloc_arenas == 0
+    assert runner.limit_malloc_arenas(0) is False
+    assert runner.limit_malloc_arenas(1) is (sys.platform.startswith("linux"))
+    calls: list[tuple[int, int]] = []
+
+    class Libc:
+        def mallopt(self, param: int, value: int) -> int:
+            calls.append((param, value))
+            return 1
+
+    class Fn:  # ctypes function stand-in: argtypes/restype are set on it
+        def __init__(self) -> None:
+            self.argtypes: list[object] = []
+            self.restype: object = None
+
+        def __call__(self, param: int, value: int) -> int:
+            return Libc().mallopt(param, value)
+
+    monkeypatch.setattr(runner.ctypes, "CDLL", lambda name: type("L", (), {"mallopt": Fn()})())
+    monkeypatch.setattr(runner.sys, "platform", "linux")
+    assert runner.limit_malloc_arenas(2) is True
+    assert calls == [(runner.M_ARENA_MAX, 2)]
+    monkeypatch.setattr(runner.sys, "platform", "darwin")
+    assert runner.limit_malloc_arenas(2) is False
+    assert len(calls) == 1

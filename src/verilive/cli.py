@@ -59,9 +59,10 @@ def serve(
     from verilive.models.sessions import ModelRegistry, install_hint
     from verilive.server.app import DEFINITIONS, SERVICES, create_service_app
     from verilive.server.logs import configure_logging
-    from verilive.server.runner import ServerOptions, run_apps, run_workers
+    from verilive.server.runner import ServerOptions, limit_malloc_arenas, run_apps, run_workers
 
     settings: Settings = get_settings()
+    limit_malloc_arenas(settings.malloc_arenas)  # before any model session starts its threads
     overrides = {
         k: v
         for k, v in {

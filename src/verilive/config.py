@@ -132,6 +132,13 @@ class Settings(BaseSettings):
 
     # --- production workers (docs/deployment.md) ---
     workers: int = Field(1, ge=1, le=64, description="Worker processes per service (about one per core).")
+    malloc_arenas: int = Field(
+        1,
+        ge=0,
+        le=64,
+        description="glibc malloc arenas per process (0 = glibc's default, 8 per core). One keeps memory "
+        "that concurrent requests free reusable by the next one (docs/benchmarks.md).",
+    )
     threadpool_size: int = Field(
         0, ge=0, description="Threads per worker for inference and other blocking work (0 = anyio's 40)."
     )
