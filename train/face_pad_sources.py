@@ -296,7 +296,10 @@ class BlobReader:
 
 def decode_image(data: bytes) -> np.ndarray:
     """BGR uint8 image (alpha dropped, 16-bit scaled down by OpenCV); :class:`SourceError` if undecodable."""
-    img = cv2.imdecode(np.frombuffer(data, dtype=np.uint8), cv2.IMREAD_COLOR)
+    try:
+        img = cv2.imdecode(np.frombuffer(data, dtype=np.uint8), cv2.IMREAD_COLOR)
+    except cv2.error as exc:  # raised, not returned as None, for an empty buffer
+        raise SourceError(f"OpenCV cannot decode it ({exc.err})") from exc
     if img is None or img.size == 0:
         raise SourceError("OpenCV cannot decode it")
     return img
@@ -515,11 +518,12 @@ def add(
     taken_frames = {(r.sha256, r.frame) for r in rows if r.frame}
     hashes: dict[str, str] = {}
     groups: dict[str, list[str]] = {}  # parent folder -> items (path, or path#frame for videos)
-    skipped = {"duplicate": 0, "undecodable": 0, "small": 0}
+    skipped = {"missing": 0, "duplicate": 0, "undecodable": 0, "small": 0}
     with BlobReader(git_dir) as blobs:
         for p in paths:
             data = blobs.read(commit, p)
-            if data is None:
+            if not data:  # absent from the snapshot (large files are often left out) or empty
+                skipped["missing"] += 1
                 continue
             h = hashlib.sha256(data).hexdigest()
             if (not frames and h in seen) or h in hashes.values():
