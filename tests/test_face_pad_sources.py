@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 import subprocess
 from pathlib import Path
 
@@ -204,3 +205,20 @@ def test_committed_manifest() -> None:
     assert len(images) == len(set(images)), "duplicate sha256 in the manifest"
     frames = [(r["sha256"], r["frame"]) for r in rows if r["frame"]]
     assert len(frames) == len(set(frames))
+
+
+def test_committed_occlusion_manifest() -> None:
+    # The real-occlusion set (docs/face-occlusion-sources.md) is read by the same builder.
+    path = fps.MANIFEST.with_name("face_occlusion_sources.csv")
+    rows = fps.read_manifest(path)
+    covered = [r for r in rows if r.label == "occluded"]
+    assert len(covered) >= 200 and {r.attack_type for r in covered} >= {"mask", "sunglasses"}
+    assert all(r.label in {"live", "occluded"} for r in rows)
+    assert not any(fps.is_reserved(r.repo) for r in rows)
+
+
+def test_occluded_rows_need_an_occlusion_kind() -> None:
+    row = fps.read_manifest(fps.MANIFEST)[0]
+    fps.validate_row(dataclasses.replace(row, label="occluded", attack_type="mask"))
+    with pytest.raises(fps.SourceError, match="does not fit"):
+        fps.validate_row(dataclasses.replace(row, label="occluded", attack_type="print"))

@@ -89,8 +89,11 @@ INDEX_COLUMNS = (
 )
 IMAGE_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp", ".webp")
 VIDEO_EXTENSIONS = (".mp4", ".avi", ".mov", ".mkv", ".webm")
-LABELS = ("live", "attack")
+# "occluded" (a live face covered by a mask, scarf, sunglasses or hand) is the label of the occlusion
+# manifest (train/face_occlusion_sources.csv); its kind of cover goes in attack_type.
+LABELS = ("live", "attack", "occluded")
 ATTACK_TYPES = ("none", "print", "replay", "paper_mask", "mask_3d", "cutout", "mannequin", "other")
+OCCLUSION_TYPES = ("mask", "scarf", "sunglasses", "hand", "other")
 CAMERAS = ("webcam", "phone", "studio", "dslr", "unknown", "video-frame")
 ROLES = ("train", "choose-only")
 # Licences whose terms allow training weights that are then shipped; anything else is choose-only.
@@ -206,7 +209,8 @@ def validate_row(r: Row) -> None:
         raise SourceError(f"{where}: sha256 must be 64 hex digits, got {r.sha256!r}")
     if r.label not in LABELS:
         raise SourceError(f"{where}: label must be one of {LABELS}, got {r.label!r}")
-    if r.attack_type not in ATTACK_TYPES or (r.label == "live") != (r.attack_type == "none"):
+    kinds = OCCLUSION_TYPES if r.label == "occluded" else ATTACK_TYPES
+    if r.attack_type not in kinds or (r.label == "live") != (r.attack_type == "none"):
         raise SourceError(f"{where}: attack_type {r.attack_type!r} does not fit label {r.label!r}")
     if r.camera not in CAMERAS:
         raise SourceError(f"{where}: camera must be one of {CAMERAS}, got {r.camera!r}")
