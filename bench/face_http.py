@@ -1,6 +1,6 @@
 """HTTP benchmarks of one face liveness service process (loopback, real models).
 
-    python -m bench.face_http [--requests 200] [--batch 32] [--batch-runs 7]
+    python -m bench.face_http [--requests 200] [--batch 32] [--batch-runs 7] [--backbone float|int8]
 
 latency:    sequential POST /check_liveness of one 640x480 JPEG (a real portrait cropped to a
             selfie framing, face about half the frame height), after warm-up, for each pipeline:
@@ -8,6 +8,9 @@ latency:    sequential POST /check_liveness of one 640x480 JPEG (a real portrait
 throughput: POST /check_liveness_batch with `batch` such JPEGs (brightness and JPEG quality varied
             so that no two are the same bytes): images per second, median of `batch-runs` runs.
 RSS:        the server's resident memory now and at its peak (VmHWM), after everything above.
+
+``--backbone`` starts the server with VERILIVE_FACE_BACKBONE_MODEL (the EfficientNet-Lite0 build of
+the ensemble's backbone branch; default: the setting's default).
 
 Other jobs on the machine share the CPU: the script prints the load average before and after,
 and the CPU time the server itself used per request, which other load does not inflate much.
@@ -96,14 +99,17 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=10)
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--batch-runs", type=int, default=7)
+    ap.add_argument("--backbone", choices=("float", "int8"), default=None, help="the backbone build")
     args = ap.parse_args()
+    env = {} if args.backbone is None else {"VERILIVE_FACE_BACKBONE_MODEL": args.backbone}
 
     frame = selfie_frame()
     single = jpeg_bytes(frame)
     batch = variants(frame, args.batch)
     print(f"image: {WIDTH}x{HEIGHT} JPEG, {len(single) / 1024:.0f} KiB, from {PORTRAIT.name}")
+    print(f"backbone: {args.backbone or Settings().face_backbone_model}")
     print(f"before: {load()}")
-    with server("face") as (url, pid), httpx.Client(base_url=url, timeout=120) as c:
+    with server("face", env) as (url, pid), httpx.Client(base_url=url, timeout=120) as c:
         for pipeline in PIPELINES:
             path = f"/check_liveness?pipeline={pipeline}"
             files = {"image": ("selfie.jpg", single, "image/jpeg")}

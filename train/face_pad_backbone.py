@@ -5,6 +5,9 @@ scored by the same protocols as the face-only branch (issue 32; docs/model-effic
     python -m train.face_pad_backbone                  # features (cached), heads, tables
     python -m train.face_pad_backbone --write-scores   # the chosen head's scores for the fusion
     python -m train.face_pad_backbone --write          # and the packaged head (face/backbone_head.npz)
+    python -m train.face_pad_backbone --int8 float     # heads trained on float features, scored on int8 ones
+    python -m train.face_pad_backbone --int8 retrain   # heads trained and scored on int8 features
+                                                       # (with --write-scores: *_int8.npz in the cache)
 
 Features are frozen ImageNet features (the backbone is not fine-tuned here), so they are computed
 once per crop and cached in ``$VERILIVE_FACEPAD_CACHE/backbone_<scale>.npz``:
@@ -123,11 +126,18 @@ def image_of(it: Item, root: Path, cache: Path) -> np.ndarray:
 
 
 def features(
-    items: list[Item], root: Path, cache: Path, scale: float, net: backbone.Backbone, look: bool = False
+    items: list[Item],
+    root: Path,
+    cache: Path,
+    scale: float,
+    net: backbone.Backbone,
+    look: bool = False,
+    tag: str = "",
 ) -> dict[str, np.ndarray]:
     """{"x": (N, 1280), "soft": (N, AUG, 1280) (NaN for non-live items)}, cached per scale. ``look``:
-    each live copy also gets another photo look (photo_look), and only half are softened."""
-    path = cache / f"backbone2_{scale:.1f}{'_look' if look else ''}.npz"
+    each live copy also gets another photo look (photo_look), and only half are softened. ``tag`` names
+    another backbone model's cache (``_int8``): the same crops and copies (same seed), other features."""
+    path = cache / f"backbone2_{scale:.1f}{'_look' if look else ''}{tag}.npz"
     if path.exists():
         with np.load(path) as z:
             if z["x"].shape[0] == len(items):
@@ -203,8 +213,9 @@ def camera_features(
     cache: Path,
     scale: float,
     net: backbone.Backbone,
+    tag: str = "",
 ) -> np.ndarray:
-    path = cache / f"backbone2_cameras_{scale:.1f}.npz"
+    path = cache / f"backbone2_cameras_{scale:.1f}{tag}.npz"
     if path.exists():
         with np.load(path) as z:
             if z["x"].shape[0] == len(cams):
@@ -242,7 +253,16 @@ def training_set(
     return np.concatenate(xs), np.concatenate(ys)
 
 
-def protocols(items: list[Item], f: dict[str, np.ndarray], c: float, use_soft: bool) -> dict[str, np.ndarray]:
+def protocols(
+    items: list[Item],
+    f: dict[str, np.ndarray],
+    c: float,
+    use_soft: bool,
+    scored: dict[str, np.ndarray] | None = None,
+) -> dict[str, np.ndarray]:
+    """Heads trained on ``f``; they score ``scored`` (the same items through another backbone model,
+    e.g. int8), by default ``f`` itself."""
+    sc = f if scored is None else scored
     y = np.array([it.label == "live" for it in items], np.float64)
     folds = np.array([it.fold for it in items])
     fam = np.array([it.family for it in items])
@@ -251,9 +271,9 @@ def protocols(items: list[Item], f: dict[str, np.ndarray], c: float, use_soft: b
     for k in range(FOLDS):
         tr, te = np.flatnonzero((folds >= 0) & (folds != k)), np.flatnonzero(folds == k)
         head = fit_head(*training_set(f, tr, y, use_soft), c)
-        oof[te] = score(head, f["x"][te])
+        oof[te] = score(head, sc["x"][te])
         live_te = te[y[te] > 0.5]
-        oof_soft[live_te] = score(head, f["soft"][live_te].reshape(-1, f["soft"].shape[-1])).reshape(-1, AUG)
+        oof_soft[live_te] = score(head, sc["soft"][live_te].reshape(-1, f["soft"].shape[-1])).reshape(-1, AUG)
     out = {"oof": oof, "oof_soft": oof_soft}
     halves = (np.isin(folds, [0, 1]), np.isin(folds, [2, 3]))
     for fm in REPORTED:
@@ -261,16 +281,16 @@ def protocols(items: list[Item], f: dict[str, np.ndarray], c: float, use_soft: b
         for a, b in ((0, 1), (1, 0)):
             tr = np.flatnonzero(halves[a] & ~np.isin(fam, [fm, fm + "_sim"]))
             te = np.flatnonzero(halves[b] & ((fam == fm) | (fam == "live")))
-            s[te] = score(fit_head(*training_set(f, tr, y, use_soft), c), f["x"][te])
+            s[te] = score(fit_head(*training_set(f, tr, y, use_soft), c), sc["x"][te])
         out[f"lofo_{fm}"] = s
     train_ix = np.flatnonzero(folds >= 0)
     final = fit_head(*training_set(f, train_ix, y, use_soft), c)
-    out["final"] = score(final, f["x"])
+    out["final"] = score(final, sc["x"])
     out["final_head"] = final  # type: ignore[assignment]
     outside_live = np.flatnonzero((folds < 0) & (y > 0.5))
     out["final_soft"] = np.full((len(items), AUG), np.nan)
     out["final_soft"][outside_live] = score(
-        final, f["soft"][outside_live].reshape(-1, f["soft"].shape[-1])
+        final, sc["soft"][outside_live].reshape(-1, f["soft"].shape[-1])
     ).reshape(-1, AUG)
     return out
 
@@ -280,13 +300,17 @@ def report(
     s: dict[str, np.ndarray],
     cams: list[tuple[str, str, bool, np.ndarray, list[float]]],
     cam_x: np.ndarray,
+    thresholds_from: dict[str, np.ndarray] | None = None,
 ) -> dict[str, float]:
+    """APCER and BPCER of the scores ``s`` at thresholds set on the out-of-fold live scores of
+    ``thresholds_from`` (by default ``s``: with --int8 float, the float model's, as shipped)."""
+    ts = s if thresholds_from is None else thresholds_from
     y = np.array([it.label == "live" for it in items], np.float64)
     folds = np.array([it.fold for it in items])
     fam = np.array([it.family for it in items])
     w = session_weights(items)
     live = (y > 0.5) & (folds >= 0)
-    thr = bpcer_threshold(s["oof"][live], REGULAR_BPCER, w[live])
+    thr = bpcer_threshold(ts["oof"][live], REGULAR_BPCER, w[live])
     row: dict[str, float] = {}
     for fm in REPORTED:
         row[f"oof_{fm}"] = float((s["oof"][(fam == fm) & (folds >= 0)] >= thr).mean())
@@ -295,11 +319,13 @@ def report(
     for fm in REPORTED:
         z = s[f"lofo_{fm}"]
         ok = ~np.isnan(z)
-        t = bpcer_threshold(z[ok & live], REGULAR_BPCER, w[ok & live])
+        zt = ts[f"lofo_{fm}"]
+        t = bpcer_threshold(zt[ok & live], REGULAR_BPCER, w[ok & live])
         row[f"lofo_{fm}"] = float((z[ok & (fam == fm)] >= t).mean())
     # The final head at the out-of-fold thresholds (as the shipped calibrations are set).
     final_thr = thr
-    hardened = bpcer_threshold(s["oof"][live], HARDENED_BPCER, w[live])
+    hardened = bpcer_threshold(ts["oof"][live], HARDENED_BPCER, w[live])
+    row["oof_bpcer"] = float(np.sum(w[live] * (s["oof"][live] < thr)) / np.sum(w[live]))
     z = score(s["final_head"], cam_x)  # type: ignore[arg-type]
     subsets = np.array([c[1] for c in cams])
     for sub in sorted(set(subsets)):
@@ -330,28 +356,45 @@ def main() -> None:
     ap.add_argument("--write-scores", action="store_true", help="only the chosen head; write its scores")
     ap.add_argument("--write", action="store_true", help="as --write-scores, and write the packaged head")
     ap.add_argument("--look", action="store_true", help="live copies also get another photo look")
+    ap.add_argument(
+        "--int8",
+        choices=("float", "retrain"),
+        default=None,
+        help=f"the int8 backbone ({backbone.INT8_MODEL_ID}): 'float' scores int8 features with heads and "
+        "thresholds of float features (the shipped head as it is); 'retrain' trains on int8 features",
+    )
     args = ap.parse_args()
     cache, root = Path(args.cache), data_root(args.data)
     items = load_items(cache)
+    # Both builds share the packaged head, trained on float features: an int8-trained head would be
+    # wrong for the float build (the default), so --int8 never writes it.
+    if args.int8 and args.write:
+        ap.error("--write packages the head both backbone builds share (float features): not with --int8")
+    if args.int8 == "float" and args.write_scores:
+        ap.error("--int8 float only reports; --write-scores needs --int8 retrain (or no --int8)")
     registry = ModelRegistry(Settings())
-    net = backbone.Backbone.from_registry(registry)
+    model_id = backbone.INT8_MODEL_ID if args.int8 == "retrain" else backbone.FLOAT_MODEL_ID
+    net = backbone.Backbone.from_registry(registry, model_id)
+    # --int8 float: heads on the float features above score these int8 ones.
+    net8 = backbone.Backbone.from_registry(registry, backbone.INT8_MODEL_ID) if args.int8 == "float" else None
+    tag = "_int8" if args.int8 == "retrain" else ""
     cams = camera_set(root, FaceDetector.from_registry(registry))
     counts = {sub: sum(c[1] == sub for c in cams) for sub in sorted({c[1] for c in cams})}
     print("other cameras:", counts, flush=True)
     if args.write_scores or args.write:
-        f = features(items, root, cache, CHOSEN["scale"], net, bool(CHOSEN["look"]))
-        f, cam_x = view(f, camera_features(cams, cache, CHOSEN["scale"], net), bool(CHOSEN["texture"]))
+        f = features(items, root, cache, CHOSEN["scale"], net, bool(CHOSEN["look"]), tag)
+        f, cam_x = view(f, camera_features(cams, cache, CHOSEN["scale"], net, tag), bool(CHOSEN["texture"]))
         s = protocols(items, f, CHOSEN["c"], bool(CHOSEN["soft"]))
         w, b, mu, sd = s["final_head"]  # type: ignore[misc]
         np.savez(
-            cache / "backbone_scores.npz",
+            cache / f"backbone_scores{tag}.npz",
             backbone_oof=s["oof"],
             backbone_final=s["final"],
             backbone_cameras=score(s["final_head"], cam_x),  # type: ignore[arg-type]
             **{f"backbone_lofo_{fm}": s[f"lofo_{fm}"] for fm in REPORTED},
         )
         np.savez(
-            cache / "backbone_head.npz",
+            cache / f"backbone_head{tag}.npz",
             w=w,
             b=b,
             mu=mu,
@@ -359,7 +402,7 @@ def main() -> None:
             scale=CHOSEN["scale"],
             texture=CHOSEN["texture"],
         )
-        print(f"wrote {cache / 'backbone_scores.npz'} and {cache / 'backbone_head.npz'}")
+        print(f"wrote {cache / f'backbone_scores{tag}.npz'} and {cache / f'backbone_head{tag}.npz'}")
         if args.write:
             # Fold the standardisation into the weights: ((x - mu) / sd) @ w + b = x @ (w / sd) + b'.
             weights = (w / sd).astype(np.float32)
@@ -384,13 +427,22 @@ def main() -> None:
         return
     header = None
     for scale in args.scales:
-        f = features(items, root, cache, scale, net, args.look)
-        all_cam_x = camera_features(cams, cache, scale, net)
+        f = features(items, root, cache, scale, net, args.look, tag)
+        all_cam_x = camera_features(cams, cache, scale, net, tag)
+        if net8 is not None:
+            f8 = features(items, root, cache, scale, net8, args.look, "_int8")
+            all_cam_x8 = camera_features(cams, cache, scale, net8, "_int8")
         for texture in (False, True):
             fv, cam_x = view(f, all_cam_x, texture)
             for c in args.c:
                 for use_soft in (False, True):
-                    row = report(items, protocols(items, fv, c, use_soft), cams, cam_x)
+                    s = protocols(items, fv, c, use_soft)
+                    if net8 is not None:
+                        fv8, cam_x8 = view(f8, all_cam_x8, texture)
+                        s8 = protocols(items, fv, c, use_soft, scored=fv8)
+                        row = report(items, s8, cams, cam_x8, thresholds_from=s)
+                    else:
+                        row = report(items, s, cams, cam_x)
                     if header is None:
                         header = list(row)
                         print("| scale | texture | C | soft aug | " + " | ".join(header) + " |")

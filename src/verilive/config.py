@@ -251,6 +251,11 @@ class Settings(BaseSettings):
         description="3D check on check_liveness series of 3+ frames: off; use (flat, or turned but not "
         "rigid, is a spoof); require (only 3D keeps its score). Old values: true = use, false = off.",
     )
+    face_backbone_model: Literal["float", "int8"] = Field(
+        "float",
+        description="Build of the backbone branch's EfficientNet-Lite0: float, or int8 (static "
+        "quantization, faster; docs/model-efficientnet-lite.md).",
+    )
     face_min_face_px: float = Field(
         60.0, ge=0, description="FACE_TOO_SMALL below this face-box height in pixels."
     )

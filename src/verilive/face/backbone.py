@@ -3,7 +3,9 @@
 image (BGR uint8) + CenterFace box (x1, y1, x2, y2) -> :func:`crop_box`: a square of ``scale`` x the
 box's longer side around the box centre, shifted (not padded) into the image, shrunk to the shorter
 side when larger -> 224 x 224 RGB (INTER_AREA when shrinking) -> ONNX model ``efficientnet_lite0``
-(ImageNet weights, input scaling inside the graph) -> 1280 pooled features per face.
+(ImageNet weights, input scaling inside the graph) -> 1280 pooled features per face. The service may
+run ``efficientnet_lite0_int8`` instead (``VERILIVE_FACE_BACKBONE_MODEL=int8``): the same network with
+int8 static quantization, the same inputs and outputs, the same head (issue 47).
 
 Why wide: at 2x the box the crop holds the forehead line, the ears, the jaw line and some neck, where
 a worn paper mask, a held-up cut-out or a mannequin's printed face ends (issue 32). The features feed
@@ -16,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 import cv2
 import numpy as np
@@ -24,9 +26,16 @@ import numpy as np
 from verilive.models.store import packaged_path
 
 if TYPE_CHECKING:
+    from verilive.config import Settings
     from verilive.models.sessions import ModelRegistry
 
-MODEL_ID = "efficientnet_lite0"
+FLOAT_MODEL_ID = "efficientnet_lite0"
+INT8_MODEL_ID = "efficientnet_lite0_int8"  # the same network, int8 static quantization (issue 47)
+# The float build: the reference (the head was trained on its features; test_backbone.py's golden
+# values are of it). The service's build is a setting: model_id_of(settings).
+MODEL_ID = FLOAT_MODEL_ID
+Build = Literal["float", "int8"]
+MODEL_IDS: dict[Build, str] = {"float": FLOAT_MODEL_ID, "int8": INT8_MODEL_ID}
 INPUT_NAME = "image"
 OUTPUT_NAME = "features"
 TEXTURE_NAME = "texture"  # pooled statistics of three inner blocks (docs/model-efficientnet-lite.md)
@@ -41,6 +50,11 @@ DEFAULT_SCALE = 2.0
 RUN_BATCH = 1
 HEAD_FILE = Path(__file__).resolve().parent / "backbone_head.npz"
 HEAD_ID = "backbone_head"  # its id in the manifest's packaged section
+
+
+def model_id_of(settings: Settings) -> str:
+    """The model id of the backbone build the settings choose (``VERILIVE_FACE_BACKBONE_MODEL``)."""
+    return MODEL_IDS[settings.face_backbone_model]
 
 
 def crop_box(
@@ -84,8 +98,12 @@ class Backbone:
         self.session = session
 
     @classmethod
-    def from_registry(cls, registry: ModelRegistry) -> Backbone:
-        return cls(registry.session(MODEL_ID))
+    def from_registry(cls, registry: ModelRegistry, model_id: str = FLOAT_MODEL_ID) -> Backbone:
+        """One build of the backbone: ``FLOAT_MODEL_ID`` (default) or ``INT8_MODEL_ID``, same input and
+        outputs. Raises ModelNotInstalled when it is not pulled."""
+        if model_id not in MODEL_IDS.values():
+            raise ValueError(f"not an EfficientNet-Lite0 build: {model_id!r}")
+        return cls(registry.session(model_id))
 
     def features(self, crops: np.ndarray, batch: int = 16) -> np.ndarray:
         """(N, 1280) float32 features of (N, 224, 224, 3) uint8 RGB crops."""
@@ -151,8 +169,12 @@ class BackbonePAD:
         self.head = head
 
     @classmethod
-    def from_registry(cls, registry: ModelRegistry) -> BackbonePAD:
-        return cls(Backbone.from_registry(registry), BackboneHead.load())
+    def from_registry(cls, registry: ModelRegistry, model_id: str | None = None) -> BackbonePAD:
+        """The branch on ``model_id``, by default the build the registry's settings choose
+        (``face_backbone_model``: the service's composition goes through here). Both builds share the
+        packaged head, trained on float features."""
+        mid = model_id_of(registry.settings) if model_id is None else model_id
+        return cls(Backbone.from_registry(registry, mid), BackboneHead.load())
 
     def crop(self, image_bgr: np.ndarray, box_xyxy: Sequence[float] | np.ndarray) -> np.ndarray:
         """(224, 224, 3) uint8 RGB crop at the head's scale of the CenterFace box."""

@@ -17,7 +17,9 @@ __all__ = ["face_engine", "face_metrics", "face_service"]
 
 
 def face_engine(ctx: ServiceContext) -> FaceEngine:
-    """The face engine (detector, liveness models, fusion); the capture service shares it."""
+    """The face engine (detector, liveness models, fusion); the capture service shares it. Its
+    backbone branch runs the build ``ctx.settings.face_backbone_model`` names (BackbonePAD.from_registry
+    reads it from the registry's settings, which are the app's)."""
     return ctx.engine("face", lambda: FaceEngine.from_registry(ctx.models, ctx.settings))
 
 
