@@ -396,7 +396,9 @@ def test_one_face_one_answer_through_both_services(
     elif name == "F2":
         assert answers[0] < 0.5  # screen replay
     else:
-        assert answers[0] == "FACE_ANGLE_TOO_LARGE"  # F1: the head really is turned (yaw 33)
+        # F1, a print whose head is turned (yaw 33): judged since the yaw limit is 35 (issue 47); REGULAR
+        # lets it through (tests/test_face_api.py checks that HARDENED does not).
+        assert isinstance(answers[0], float) and 0.5 <= answers[0] < 0.9, answers
 
 
 # ------------------------------------------------------------------------------- extraction

@@ -85,9 +85,17 @@ def test_live_and_attack_images(face: TestClient, shared_dir: Path) -> None:
     assert set(f2) == {"probability", "quality", "score"}, f2
     assert t1["probability"] >= 0.5 > f2["probability"]
     assert t1["score"] > 0 > f2["score"]
-    # The printed photo holds a head turned about 33 degrees: rejected by validation or judged a spoof.
-    f1 = live(face, read(shared_dir, f"{PAD}/image_F1.jpg"))
-    assert f1.get("error_code") == "FACE_ANGLE_TOO_LARGE" or f1["probability"] < 0.5, f1
+    # The printed photo holds a head turned about 33 degrees, within the yaw limit (35) since issue 47:
+    # judged. REGULAR, set at 2 % of live faces rejected on collections never seen, lets this print
+    # through; HARDENED (8 %) does not (docs/model-facepad.md, "Leaving one collection out").
+    f1_bytes = read(shared_dir, f"{PAD}/image_F1.jpg")
+    f1 = live(face, f1_bytes)
+    assert "error_code" not in f1 and 0.5 <= f1["probability"] < 0.9, f1
+    hard = {"pipelines": [{"pipeline": "ensemble", "calibration": "HARDENED"}]}
+    r = face.post(
+        "/check_image", data={"data": orjson.dumps(hard).decode()}, files={"image": ("f.jpg", f1_bytes)}
+    )
+    assert r.status_code == 200 and r.json()["results"][0]["probability"] < 0.5, r.text
     for body in (t1, f2):
         assert 0.0 <= body["probability"] <= 1.0 and 0.0 <= body["quality"] <= 1.0
         assert body["probability"] == pytest.approx(1 / (1 + np.exp(-body["score"])), abs=1e-9)

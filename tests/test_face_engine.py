@@ -149,13 +149,28 @@ def test_face_cropped_real_partial_faces(engine: FaceEngine, shared_dir: Path) -
 def test_face_close_to_border(engine: FaceEngine, portrait: np.ndarray) -> None:
     face = engine.detector.detect(portrait)[0]
     x1 = face_extent(face)[0]
-    img = portrait[:, int(x1) - 10 :]  # 10 px of margin left of the face: not cut, but too close
-    assert code_of(engine, img) == ErrorCode.FACE_CLOSE_TO_BORDER
-    # DESKTOP halves the margin rule: a face 10 % of its width from the edge passes there only.
     width = face_extent(face)[2] - x1
-    img = portrait[:, int(x1 - 0.1 * width) :]
-    assert code_of(engine, img) == ErrorCode.FACE_CLOSE_TO_BORDER
-    assert code_of(engine, img, Domain.DESKTOP) is None
+    # The default margin is 0 (issue 47): a face 10 px from the edge is judged ...
+    near = portrait[:, int(x1) - 10 :]
+    assert code_of(engine, near) is None
+    # ... one that reaches past it by 5 % of its width is not (by more than 10 %: FACE_CROPPED).
+    past = portrait[:, int(x1 + 0.05 * width) :]
+    assert code_of(engine, past) == ErrorCode.FACE_CLOSE_TO_BORDER
+    assert code_of(engine, past, Domain.DESKTOP) == ErrorCode.FACE_CLOSE_TO_BORDER
+    # An operator's margin: 0.15 refuses the near face; DESKTOP halves it, so a face 10 % of its width
+    # from the edge passes there only.
+    strict = FaceEngine(
+        engine.detector,
+        engine.models,
+        engine.facepad,
+        validation=Validation(border_margin=0.15),
+        backbone=engine.backbone,
+        occlusion=engine.occlusion,
+    )
+    assert code_of(strict, near) == ErrorCode.FACE_CLOSE_TO_BORDER
+    tenth = portrait[:, int(x1 - 0.1 * width) :]
+    assert code_of(strict, tenth) == ErrorCode.FACE_CLOSE_TO_BORDER
+    assert code_of(strict, tenth, Domain.DESKTOP) is None
 
 
 @pytest.mark.slow

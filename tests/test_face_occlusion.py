@@ -1,12 +1,17 @@
-"""Occlusion detector on real faces (CenterFace landmarks) with occluders drawn in each face's own frame.
+"""The occlusion model on real faces (CenterFace landmarks) with occluders drawn in each face's own frame.
 
 The faces are the live single-face photos in ../shared/data/face; the occluders are a hand-sized patch of
 real skin (cut from another person's cheek, shifted to this face's skin colour) over one eye and the
-nose, a pleated surgical mask (light blue, and white) over nose and mouth, and dark sunglasses.
+nose, a pleated surgical mask (light blue, and white) over nose and mouth, and dark sunglasses. They are
+drawn here, by other code than the training's synthetic occluders (train/face_occlusion.py), so they are
+a held-out check of what the model learnt; its figures on real covered and uncovered photos of
+collections it never trained on are in docs/face-quality.md.
 """
 
 from __future__ import annotations
 
+import json
+from functools import cache
 from pathlib import Path
 
 import cv2
@@ -15,7 +20,15 @@ import pytest
 
 from verilive.config import Settings
 from verilive.face.detector import LEFT_EYE, RIGHT_EYE, Face, FaceDetector
-from verilive.face.occlusion import DEFAULT_THRESHOLD, REGIONS, Occlusion, canonical_face, occlusion
+from verilive.face.occlusion import (
+    DEFAULT_THRESHOLD,
+    META_KEY,
+    REGIONS,
+    Occlusion,
+    OcclusionModel,
+    canonical_face,
+    to_input,
+)
 from verilive.models.sessions import ModelRegistry
 from verilive.models.store import ModelStore
 
@@ -150,8 +163,13 @@ def sunglasses(img: np.ndarray, face: Face) -> np.ndarray:
     return blend(img, cover, mask)
 
 
+@cache
+def model() -> OcclusionModel:
+    return OcclusionModel.load()
+
+
 def check(img: np.ndarray, face: Face) -> Occlusion:
-    return occlusion(img, face.box, face.landmarks)
+    return model().check(img, face.landmarks)
 
 
 # --- tests ------------------------------------------------------------------------------------------------
@@ -178,8 +196,8 @@ def test_hand_over_eye_and_nose_is_flagged_at_that_eye(
     img, face = faces[name]
     occ = check(hand(img, face, skin), face)
     assert occ.occluded, occ
-    # The covered eye (subject's right) scores highest; the visible one stays low.
-    assert occ.regions["right_eye"] == max(occ.regions.values()) >= DEFAULT_THRESHOLD
+    # The covered eye (subject's right) is flagged; the visible one is not.
+    assert occ.regions["right_eye"] >= DEFAULT_THRESHOLD
     assert occ.regions["left_eye"] < DEFAULT_THRESHOLD
 
 
@@ -192,7 +210,8 @@ def test_surgical_mask_is_flagged_at_nose_or_mouth(
     img, face = faces[name]
     occ = check(surgical_mask(img, face, colour), face)
     assert occ.occluded, occ
-    assert max(occ.regions["nose"], occ.regions["mouth"]) == max(occ.regions.values())
+    assert occ.regions["nose_mouth"] == max(occ.regions.values())
+    assert occ.worst == "nose and mouth"
     assert max(occ.regions["right_eye"], occ.regions["left_eye"]) < DEFAULT_THRESHOLD
 
 
@@ -205,7 +224,7 @@ def test_sunglasses_are_flagged_at_the_eyes(name: str, faces: dict[str, tuple[np
     top = max(occ.regions.values())
     assert occ.regions["right_eye"] == top or occ.regions["left_eye"] == top
     assert min(occ.regions["right_eye"], occ.regions["left_eye"]) >= DEFAULT_THRESHOLD
-    assert max(occ.regions["nose"], occ.regions["mouth"]) < DEFAULT_THRESHOLD
+    assert occ.regions["nose_mouth"] < DEFAULT_THRESHOLD
 
 
 @pytest.mark.slow
@@ -214,7 +233,7 @@ def test_threshold_sets_the_flag(faces: dict[str, tuple[np.ndarray, Face]]) -> N
     covered = sunglasses(img, face)
     occ = check(covered, face)
     assert occ.occluded
-    assert not occlusion(covered, face.box, face.landmarks, threshold=min(occ.score + 0.01, 1.01)).occluded
+    assert not model().check(covered, face.landmarks, threshold=min(occ.score + 0.01, 1.01)).occluded
 
 
 @pytest.mark.slow
@@ -235,4 +254,30 @@ def test_canonical_face_puts_the_eyes_level_and_apart(faces: dict[str, tuple[np.
 
 def test_rejects_bad_image() -> None:
     with pytest.raises(ValueError):
-        occlusion(np.zeros((10, 10), np.uint8), (0, 0, 5, 5), np.zeros((5, 2)))
+        model().check(np.zeros((10, 10), np.uint8), np.zeros((5, 2)))
+
+
+def test_packaged_model_reproduces_its_training_output() -> None:
+    # The metadata keeps the trained graph's logits for a flat grey face; onnxruntime must give them.
+    m = model()
+    assert m.meta["outputs"] == list(REGIONS)
+    assert 0.0 < m.meta["threshold"] < 1.0
+    (logits,) = m.session.run(None, {"face": to_input(np.full((1, 96, 96, 3), 128, np.uint8))})
+    np.testing.assert_allclose(logits[0], m.meta["check_logits"], atol=1e-4)
+    # The chosen threshold sits at 0.5 of the region scores.
+    t = m.meta["threshold"]
+    assert m.offset == pytest.approx(np.log(t / (1 - t)))
+
+
+def test_refuses_a_model_without_metadata(tmp_path: Path) -> None:
+    import onnx
+
+    from verilive.models.store import packaged_path
+
+    proto = onnx.load(str(packaged_path("occlusion")))
+    assert any(p.key == META_KEY and json.loads(p.value)["threshold"] for p in proto.metadata_props)
+    del proto.metadata_props[:]
+    path = tmp_path / "bare.onnx"
+    onnx.save(proto, str(path))
+    with pytest.raises(ValueError, match="metadata"):
+        OcclusionModel.load(path)

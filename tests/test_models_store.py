@@ -213,6 +213,7 @@ def test_packaged_manifest() -> None:
         "minifasnet_v1se",
         "hyperfas",
         "efficientnet_lite0",
+        "efficientnet_lite0_int8",
         "face_mesh",
         "whisper_tiny_en_encoder",
         "whisper_base_encoder",
@@ -809,6 +810,7 @@ def test_packaged_models_resolve_through_the_store(tmp_path: Path) -> None:
         "telephone_map",
         "campplus_tel_params",
         "facepad",
+        "occlusion",
         "backbone_head",
         "face_fusion",
     ]

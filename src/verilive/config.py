@@ -278,11 +278,12 @@ class Settings(BaseSettings):
         description="FACE_CROPPED when more than this fraction of the face extent lies outside the image.",
     )
     face_border_margin: float = Field(
-        0.15,
+        0.0,
         ge=0,
-        description="FACE_CLOSE_TO_BORDER when the face box is closer to an edge than this x its size.",
+        description="FACE_CLOSE_TO_BORDER when the face box is closer to an edge than this x its size "
+        "(0: only a face that reaches past the edge; issue 47, docs/face.md).",
     )
-    face_max_yaw: float = Field(30.0, gt=0, le=90, description="FACE_ANGLE_TOO_LARGE above |yaw|, degrees.")
+    face_max_yaw: float = Field(35.0, gt=0, le=90, description="FACE_ANGLE_TOO_LARGE above |yaw|, degrees.")
     face_max_pitch: float = Field(
         25.0, gt=0, le=90, description="FACE_ANGLE_TOO_LARGE above |pitch|, degrees."
     )

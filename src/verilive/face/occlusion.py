@@ -1,30 +1,31 @@
-"""Face occlusion from the face's own appearance: is something covering the eyes, nose or mouth?
+"""Face occlusion: is something covering an eye, or the nose and mouth? (issue 47)
 
-image + face box + 5 landmarks -> similarity warp to a small canonical face (:data:`CANON` px, the eyes
-:data:`IPD` px apart) -> Lab -> a skin reference from the face's own visible skin (forehead, cheeks,
-nose bridge; the patches that agree in colour win, so one occluded patch does not spoil it) -> per region
-cues -> per region scores in 0..1 -> overall score = the largest region score.
+image + 5 landmarks -> similarity warp to a small canonical face (:data:`CANON` px, the eyes :data:`IPD`
+px apart, level) -> a small CNN (``occlusion_model.onnx``, package data made by
+``python -m train.face_occlusion train --write``) -> one covered probability per region of
+:data:`REGIONS` -> overall score = the largest.
 
-The cues (docs/face-quality.md, "Occlusion"):
-
-- eyes: an open or closed eye is the most contrasted structure of the face (sclera, iris, lashes, lid
-  crease) on a skin background. A hand or a patch over it is flat; a dark lens is flat *and* dark over
-  the whole eye socket, where there should be lid and under-eye skin.
-- nose and mouth: mostly skin or lip coloured. A mask, scarf or object is another colour over most of
-  the region, or (hand) skin coloured but without the nostril and lip structure.
-- lower_face: cheeks and chin, skin coloured unless covered (a mask reaches the cheeks).
-
-Everything is measured against this face's reference, never against absolute colours, so skin tone,
-white balance and exposure matter little. Landmarks from the detector are used as given: under a hand the
-detector still places them where the eye should be, which is where the cues look.
+The model replaced hand-made skin-colour cues, which took their skin reference from patches a mask or
+beard covers and turned away 5-12 % of uncovered faces per collection (docs/face-quality.md). It is
+trained on real masked faces and on uncovered faces drawn over with synthetic masks, scarves, hands,
+phones and sunglasses (clear glasses as a negative); the threshold is chosen on collections it never
+trained on. Its logits are shifted so that the chosen threshold is 0.5 (:data:`DEFAULT_THRESHOLD`):
+``VERILIVE_FACE_OCCLUSION_THRESHOLD`` moves around that point. Landmarks are used as given: under a hand
+the detector still places them where the eye should be, which is where the model looks.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import cv2
 import numpy as np
+
+from verilive.models.sessions import cpu_session
+from verilive.models.store import packaged_path
 
 # Canonical face: CANON x CANON px, eyes IPD px apart, eye midpoint at (CANON/2, EYE_Y).
 CANON = 96
@@ -39,69 +40,32 @@ TEMPLATE_IPD = np.array(
 )
 
 DEFAULT_THRESHOLD = 0.5
-
-# Colour agreement (OpenCV 8-bit Lab a*, b* units): chromas closer than this agree whatever their hue;
-# otherwise their hues must be within HUE_TOL_DEG.
-CHROMA_NEAR = 6.0
-HUE_TOL_DEG = 20.0
-DARK_REL = 0.35  # a pixel darker than this x the reference lightness has no reliable colour: not skin
-EYE_DARK_REL = 0.5  # "dark" in an eye socket: below this x the reference lightness
-# Ramps (value at score 0, value at score 1), measured on the faces in docs/face-quality.md.
-EYE_FLAT = (0.32, 0.18)  # eye core contrast (p95 - p5 lightness / reference): open and closed eyes >= 0.30
-EYE_DARK = (0.65, 0.85)  # share of the eye socket that is dark: clean <= 0.59, dark lenses >= 0.87
-NOSE_NONSKIN = (0.45, 0.8)
-MOUTH_NONSKIN = (0.75, 0.95)
-MOUTH_FLAT = (0.34, 0.2)
-LOWER_NONSKIN = (0.6, 0.95)
-LOWER_WEIGHT = 0.6
-
-REGIONS = ("right_eye", "left_eye", "nose", "mouth", "lower_face")
+PACKAGED_ID = "occlusion"  # its id in the manifest's packaged section
+INPUT_NAME = "face"
+OUTPUT_NAME = "covered_logits"
+META_KEY = "verilive_occlusion"
+# The model's outputs, in order ("right_eye"/"left_eye" are the subject's, as the detector's landmarks).
+REGIONS = ("right_eye", "left_eye", "nose_mouth")
+REGION_WORDS = {"right_eye": "right eye", "left_eye": "left eye", "nose_mouth": "nose and mouth"}
 
 
 @dataclass(frozen=True)
 class Occlusion:
     """Occlusion of one face.
 
-    ``score`` is 0 when nothing covers the face and 1 when it is heavily covered (the largest region
-    score). ``regions`` has one score per name in :data:`REGIONS` ("right_eye"/"left_eye" are the
-    subject's, as the detector's landmarks). ``occluded`` is ``score >= threshold``.
+    ``score`` is 0 when nothing covers the face and 1 when it is surely covered (the largest region
+    score; 0.5 at the chosen threshold). ``regions`` has one score per name in :data:`REGIONS`.
+    ``occluded`` is ``score >= threshold``.
     """
 
     score: float
     regions: dict[str, float]
     occluded: bool
 
-
-# Pixel-centre coordinates of the canonical face in IPD units from the eye midpoint.
-_YS, _XS = np.mgrid[0:CANON, 0:CANON].astype(np.float64)
-_U = (_XS + 0.5 - CANON / 2) / IPD
-_V = (_YS + 0.5 - EYE_Y) / IPD
-
-
-def _rect(u0: float, u1: float, v0: float, v1: float) -> np.ndarray:
-    """Boolean mask of a rectangle given in IPD units around the eye midpoint."""
-    return (u0 <= _U) & (u1 > _U) & (v0 <= _V) & (v1 > _V)
-
-
-def _ellipse(cu: float, cv: float, ru: float, rv: float) -> np.ndarray:
-    return ((_U - cu) / ru) ** 2 + ((_V - cv) / rv) ** 2 <= 1.0
-
-
-# Reference skin patches (IPD units). Each can be covered (hair, glasses, mask); the majority decides.
-REF_PATCHES: dict[str, np.ndarray] = {
-    "forehead": _rect(-0.3, 0.3, -0.75, -0.45),
-    "right_cheek": _rect(-0.8, -0.4, 0.45, 0.8),
-    "left_cheek": _rect(0.4, 0.8, 0.45, 0.8),
-    "bridge": _rect(-0.1, 0.1, -0.05, 0.2),
-}
-# Eye: a core ellipse on the eye, and the socket a lens covers (lids, under-eye skin).
-EYE_CORE = {"right_eye": _ellipse(-0.5, 0.0, 0.28, 0.16), "left_eye": _ellipse(0.5, 0.0, 0.28, 0.16)}
-EYE_SOCKET = {"right_eye": _ellipse(-0.5, 0.05, 0.4, 0.3), "left_eye": _ellipse(0.5, 0.05, 0.4, 0.3)}
-NOSE = _rect(-0.2, 0.2, 0.2, 0.78)
-MOUTH = _rect(-0.55, 0.55, 0.95, 1.38)
-LOWER_FACE = (
-    _rect(-0.85, -0.3, 0.45, 1.1) | _rect(0.3, 0.85, 0.45, 1.1) | _rect(-0.35, 0.35, 1.42, 1.65)
-) & ~(NOSE | MOUTH)
+    @property
+    def worst(self) -> str:
+        """The most covered region, in words ("left eye", "nose and mouth")."""
+        return REGION_WORDS[max(self.regions, key=lambda k: self.regions[k])]
 
 
 def _similarity(src: np.ndarray, dst: np.ndarray) -> np.ndarray:
@@ -118,15 +82,11 @@ def _similarity(src: np.ndarray, dst: np.ndarray) -> np.ndarray:
 
 
 def canonical_face(image_bgr: np.ndarray, landmarks: np.ndarray) -> np.ndarray:
-    """The face warped to CANON x CANON BGR uint8 with the eyes IPD px apart and level."""
-    return _canonical_with_valid(image_bgr, landmarks)[0]
-
-
-def _canonical_with_valid(image_bgr: np.ndarray, landmarks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The face warped to CANON x CANON BGR uint8 with the eyes IPD px apart and level (outside the image:
+    the border pixels repeated)."""
     src = np.asarray(landmarks, dtype=np.float64).reshape(5, 2)
     dst = TEMPLATE_IPD * IPD + np.array([CANON / 2, EYE_Y])
     m = _similarity(src, dst)
-    valid = _valid_mask(m, image_bgr.shape)
     scale = float(np.hypot(m[0, 0], m[1, 0]))
     img = image_bgr
     if scale < 0.5:
@@ -142,7 +102,7 @@ def _canonical_with_valid(image_bgr: np.ndarray, landmarks: np.ndarray) -> tuple
             m = m @ np.array([[fx, 0.0, 0.0], [0.0, fy, 0.0], [0.0, 0.0, 1.0]])
             scale *= 2.0
     face = cv2.warpAffine(img, m, (CANON, CANON), flags=cv2.INTER_LINEAR, borderMode=cv2.BORDER_REPLICATE)
-    return face, valid
+    return face
 
 
 def _source_roi(m: np.ndarray, shape: tuple[int, ...]) -> tuple[int, int, int, int]:
@@ -158,139 +118,57 @@ def _source_roi(m: np.ndarray, shape: tuple[int, ...]) -> tuple[int, int, int, i
     return x0, y0, x1, y1
 
 
-def _valid_mask(m: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
-    """Canonical pixels whose source lies inside the image (a face cut by the border has none there)."""
-    inv = cv2.invertAffineTransform(m)
-    sx = inv[0, 0] * _XS + inv[0, 1] * _YS + inv[0, 2]
-    sy = inv[1, 0] * _XS + inv[1, 1] * _YS + inv[1, 2]
-    h, w = shape[:2]
-    return (sx >= 0) & (sx <= w - 1) & (sy >= 0) & (sy <= h - 1)
-
-
-def _chroma_agree(c1: np.ndarray, c2: np.ndarray) -> bool:
-    """Two skin patches agree when their hues agree (light changes chroma more than hue) or both are close.
-
-    Under one light, a highlight (forehead) and a shadowed cheek keep their hue while their chroma differs
-    by up to 3x; low-chroma colours have no reliable hue and must simply be near each other.
-    """
-    d = float(np.hypot(*(c1 - c2)))
-    if d < CHROMA_NEAR:
-        return True
-    r1, r2 = float(np.hypot(*c1)), float(np.hypot(*c2))
-    if min(r1, r2) < CHROMA_NEAR:
-        return False
-    dh = abs((np.degrees(np.arctan2(c1[1], c1[0]) - np.arctan2(c2[1], c2[0])) + 180.0) % 360.0 - 180.0)
-    return bool(dh < HUE_TOL_DEG and max(r1, r2) / min(r1, r2) < 3.0)
-
-
-def _skin_like(c: np.ndarray) -> bool:
-    """Loose prior on a patch's median chroma: near-neutral, or in the red-yellow wedge of all skin tones.
-
-    Only used to keep a blue/green/purple occluder (mask, scarf, background) from becoming the reference.
-    """
-    a, b = float(c[0]), float(c[1])
-    if np.hypot(a, b) < CHROMA_NEAR:
-        return True
-    return bool(-5.0 <= np.degrees(np.arctan2(b, a)) <= 95.0)
-
-
-def _ramp(x: float, lo: float, hi: float) -> float:
-    """0 at lo, 1 at hi, linear between (lo > hi gives a falling ramp)."""
-    return float(np.clip((x - lo) / (hi - lo), 0.0, 1.0))
-
-
-def occlusion_cues(image_bgr: np.ndarray, landmarks: np.ndarray) -> dict[str, float]:
-    """Raw cues per region, before they are mapped to scores (for tuning, eval and docs)."""
-    face, valid = _canonical_with_valid(image_bgr, np.asarray(landmarks, dtype=np.float64))
-    lab = cv2.cvtColor(face, cv2.COLOR_BGR2LAB).astype(np.float32)
-    lum, ab = lab[..., 0], lab[..., 1:] - 128.0
-    cues: dict[str, float] = {}
-
-    # --- skin reference from the patches that agree with each other ---
-    cand = {k: m & valid for k, m in REF_PATCHES.items() if np.mean(valid[m]) > 0.5}
-    if not cand:  # the face is almost entirely outside the image: use what there is
-        cand = {k: m for k, m in REF_PATCHES.items()}
-    med = {k: np.median(ab[m], axis=0) for k, m in cand.items()}
-    plausible = [k for k in med if _skin_like(med[k])] or list(med)
-    support = {k: sum(_chroma_agree(med[k], med[j]) for j in plausible) for k in plausible}
-    order = list(REF_PATCHES)  # ties: upper face first (masks and hands cover cheeks more often)
-    lead = max(plausible, key=lambda k: (support[k], -order.index(k)))
-    ref_mask = np.zeros((CANON, CANON), dtype=bool)
-    for k in plausible:
-        if _chroma_agree(med[k], med[lead]):
-            ref_mask |= cand[k]
-    ref_ab = np.median(ab[ref_mask], axis=0)
-    ref_l = max(float(np.median(lum[ref_mask])), 1.0)
-    cues["reference_patches"] = float(sum(_chroma_agree(med[k], med[lead]) for k in plausible))
-
-    # --- per-pixel skin consistency: near the reference chroma, or same hue at another chroma ---
-    ref_c = float(np.hypot(*ref_ab))
-    dev = np.hypot(ab[..., 0] - ref_ab[0], ab[..., 1] - ref_ab[1])
-    spread = float(np.percentile(dev[ref_mask], 90))
-    near = dev < max(CHROMA_NEAR, 1.5 * spread)
-    if ref_c >= CHROMA_NEAR:
-        pc = np.hypot(ab[..., 0], ab[..., 1])
-        hue = np.degrees(np.arctan2(ab[..., 1], ab[..., 0]))
-        ref_hue = float(np.degrees(np.arctan2(ref_ab[1], ref_ab[0])))
-        dh = np.abs((hue - ref_hue + 180.0) % 360.0 - 180.0)
-        same_hue = (dh < HUE_TOL_DEG) & (pc > ref_c / 3.0) & (pc < ref_c * 3.0)
-        near |= same_hue
-    skin = near & (lum > DARK_REL * ref_l)
-
-    def inside(m: np.ndarray) -> np.ndarray:
-        # Judge only what the image shows; a region mostly outside it is judged on the replicated border.
-        mv = m & valid
-        return mv if mv.sum() >= 0.3 * m.sum() else m
-
-    def contrast(m: np.ndarray) -> float:
-        v = lum[m]
-        return float(np.percentile(v, 95) - np.percentile(v, 5)) / ref_l
-
-    for name in EYE_CORE:
-        core, sock = inside(EYE_CORE[name]), inside(EYE_SOCKET[name])
-        cues[f"{name}_contrast"] = contrast(core)
-        cues[f"{name}_dark"] = float(np.mean(lum[sock] < EYE_DARK_REL * ref_l))
-    for name, m0 in (("nose", NOSE), ("mouth", MOUTH), ("lower_face", LOWER_FACE)):
-        m = inside(m0)
-        cues[f"{name}_nonskin"] = 1.0 - float(np.mean(skin[m]))
-        cues[f"{name}_contrast"] = contrast(m)
-    return cues
-
-
-def region_scores(cues: dict[str, float]) -> dict[str, float]:
-    """Map the raw cues to a 0..1 occlusion score per region (constants in docs/face-quality.md)."""
-    out: dict[str, float] = {}
-    for name in EYE_CORE:
-        flat = _ramp(cues[f"{name}_contrast"], *EYE_FLAT)
-        dark = _ramp(cues[f"{name}_dark"], *EYE_DARK)
-        out[name] = max(flat, dark)
-    out["nose"] = _ramp(cues["nose_nonskin"], *NOSE_NONSKIN)
-    out["mouth"] = max(
-        _ramp(cues["mouth_nonskin"], *MOUTH_NONSKIN), _ramp(cues["mouth_contrast"], *MOUTH_FLAT)
+def to_input(faces_bgr: np.ndarray) -> np.ndarray:
+    """(N, CANON, CANON, 3) uint8 BGR -> (N, 3, CANON, CANON) float32 RGB in 0..1."""
+    return (
+        np.ascontiguousarray(np.asarray(faces_bgr)[..., ::-1].transpose(0, 3, 1, 2), dtype=np.float32) / 255.0
     )
-    out["lower_face"] = _ramp(cues["lower_face_nonskin"], *LOWER_NONSKIN)
-    return out
 
 
-def occlusion(
-    image_bgr: np.ndarray,
-    box: tuple[float, float, float, float],
-    landmarks: np.ndarray,
-    threshold: float = DEFAULT_THRESHOLD,
-) -> Occlusion:
-    """Occlusion of the face with these 5 landmarks (detector order) in an H x W x 3 uint8 BGR image.
+class OcclusionModel:
+    """The occlusion CNN on onnxruntime. Thread-safe: ``InferenceSession.run`` may be called concurrently
+    and the object holds no per-call state."""
 
-    ``box`` is accepted for a uniform call signature with the other face checks; the landmarks alone fix
-    the canonical frame, which is more precise than the box. Score = max over regions, with the
-    lower face weighted by LOWER_WEIGHT: it is the least specific region (beards, yaw bring in
-    non-skin) and is mainly there to report how far a mask reaches.
-    """
-    del box
-    img = np.asarray(image_bgr)
-    if img.ndim != 3 or img.shape[2] != 3 or img.dtype != np.uint8:
-        raise ValueError(f"expected an HxWx3 uint8 BGR image, got {img.shape} {img.dtype}")
-    lm = np.asarray(landmarks, dtype=np.float64).reshape(5, 2)
-    regions = region_scores(occlusion_cues(img, lm))
-    weights = {"lower_face": LOWER_WEIGHT}
-    score = max(weights.get(k, 1.0) * v for k, v in regions.items())
-    return Occlusion(score=float(score), regions=regions, occluded=bool(score >= threshold))
+    def __init__(self, session: Any) -> None:
+        inputs = [i.name for i in session.get_inputs()]
+        outputs = [o.name for o in session.get_outputs()]
+        if inputs != [INPUT_NAME] or outputs != [OUTPUT_NAME]:
+            raise ValueError(f"not an occlusion model: inputs {inputs}, outputs {outputs}")
+        meta = json.loads(session.get_modelmeta().custom_metadata_map.get(META_KEY, "{}"))
+        if tuple(meta.get("outputs", ())) != REGIONS or not 0.0 < float(meta.get("threshold", -1)) < 1.0:
+            raise ValueError("the occlusion model's metadata lacks its outputs or threshold")
+        self.session = session
+        self.meta: dict[str, Any] = meta
+        t = float(meta["threshold"])
+        # Logit of the chosen threshold: subtracted, so that threshold maps to 0.5.
+        self.offset = float(np.log(t / (1.0 - t)))
+
+    @classmethod
+    def load(cls, path: str | Path | None = None) -> OcclusionModel:
+        """The committed model (package data, resolved by the model store), or the ONNX file at ``path``.
+        One intra-op thread: the face engine runs its images on a pool of its own."""
+        source = Path(path) if path is not None else packaged_path(PACKAGED_ID)
+        return cls(cpu_session(source.read_bytes(), intra_op_threads=1))
+
+    def region_scores(self, faces_bgr: np.ndarray) -> np.ndarray:
+        """(N, 3) region scores in 0..1 (0.5 at the chosen threshold) of (N, CANON, CANON, 3) uint8 BGR
+        canonical faces."""
+        x = to_input(faces_bgr)
+        if x.shape[0] == 0:
+            return np.zeros((0, len(REGIONS)))
+        (logits,) = self.session.run([OUTPUT_NAME], {INPUT_NAME: x})
+        z = np.asarray(logits, dtype=np.float64) - self.offset
+        return 1.0 / (1.0 + np.exp(-z))
+
+    def check(
+        self, image_bgr: np.ndarray, landmarks: np.ndarray, threshold: float = DEFAULT_THRESHOLD
+    ) -> Occlusion:
+        """Occlusion of the face with these 5 landmarks (detector order) in an H x W x 3 uint8 BGR image."""
+        img = np.asarray(image_bgr)
+        if img.ndim != 3 or img.shape[2] != 3 or img.dtype != np.uint8:
+            raise ValueError(f"expected an HxWx3 uint8 BGR image, got {img.shape} {img.dtype}")
+        lm = np.asarray(landmarks, dtype=np.float64).reshape(5, 2)
+        r = self.region_scores(canonical_face(img, lm)[None])[0]
+        regions = {k: float(v) for k, v in zip(REGIONS, r, strict=True)}
+        score = max(regions.values())
+        return Occlusion(score=score, regions=regions, occluded=bool(score >= threshold))

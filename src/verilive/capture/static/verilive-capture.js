@@ -448,7 +448,7 @@ const MIN_FACE_H = 0.25; // face box height over the captured height: under it, 
 const MAX_FACE_H = 0.7; // over it, "move back"
 const SECOND_FACE = 0.5; // a second face at least this tall, relative to the first, is a second person
 // |yaw| over this (degrees, from the placement endpoint's detector) is not frontal: "look straight". The
-// still is taken only from a frontal face: the server refuses over 30 degrees; the detector's yaw is a
+// still is taken only from a frontal face: the server refuses over 35 degrees; the detector's yaw is a
 // rough one (a person looking at the camera with the head tilted reads 21, pad_silentface/image_T1;
 // frontal frames of the head-turn clips read -5 to 5, their turns 15 to 47).
 const MAX_FRONTAL_YAW = 25;
