@@ -38,11 +38,14 @@ __all__ = [
     "N_FRAMES",
     "POWERSET",
     "SR",
+    "TELEPHONE_MODEL_ID",
     "Segmenter",
     "chunk_starts",
 ]
 
 MODEL_ID = "pyannote_segmentation"
+#: segmentation-3.0 adapted to telephone lines (train/segmentation_student.py); same contract.
+TELEPHONE_MODEL_ID = "pyannote_segmentation_tel"
 INPUT_NAME = "waveform"
 OUTPUT_NAME = "log_probs"
 SR = 16000
@@ -82,8 +85,12 @@ class Segmenter:
         self.session = session
 
     @classmethod
-    def from_registry(cls, registry: ModelRegistry) -> Segmenter:
-        return cls(registry.session(MODEL_ID))
+    def from_registry(cls, registry: ModelRegistry, model_id: str = MODEL_ID) -> Segmenter:
+        """``model_id``: ``pyannote_segmentation``, or ``pyannote_segmentation_tel`` (the same network
+        adapted to telephone lines)."""
+        if model_id not in (MODEL_ID, TELEPHONE_MODEL_ID):
+            raise ValueError(f"not a segmentation model: {model_id!r}")
+        return cls(registry.session(model_id))
 
     def log_probs(self, chunks: np.ndarray) -> np.ndarray:
         """(B, 589, 7) float32 log-probabilities of the powerset classes for (B, 160000) chunks."""

@@ -247,3 +247,31 @@ def convert(source: Path, dest: Path) -> None:
     """Converter for the model store: checkpoint → verified ONNX at ``dest``; nothing written on failure."""
     model = load_model(Path(source))
     write_verified(dest, lambda p: export_onnx(model, p), lambda p: verify_onnx(model, p))
+
+
+# --- the telephone student (train/segmentation_student.py) ---------------------------------------------
+
+TELEPHONE_PARAMS_ID = "segmentation_tel_params"  # packaged tensors of verilive's distillation
+
+
+def load_adapted(source: Path, params: Path) -> PyanNet:
+    """The checkpoint with the adapted tensors of ``params`` (an ``.npz`` of state-dict entries) put in.
+    Every name must exist in the checkpoint with the same shape; the rest stays as shipped."""
+    model = load_model(source)
+    state = model.state_dict()
+    with np.load(params) as adapted:
+        for name in adapted.files:
+            if name not in state or tuple(state[name].shape) != adapted[name].shape:
+                raise ModelError(f"{params}: tensor {name!r} does not fit the segmentation-3.0 checkpoint")
+            state[name] = torch.from_numpy(adapted[name].astype(np.float32))
+    model.load_state_dict(state, strict=True)
+    model.sincnet.bake_filters()
+    return model.eval()
+
+
+def convert_telephone(source: Path, dest: Path) -> None:
+    """Converter for ``pyannote_segmentation_tel``: checkpoint + packaged telephone tensors -> ONNX."""
+    from verilive.models.store import packaged_path
+
+    model = load_adapted(Path(source), packaged_path(TELEPHONE_PARAMS_ID))
+    write_verified(dest, lambda p: export_onnx(model, p), lambda p: verify_onnx(model, p))
