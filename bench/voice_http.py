@@ -8,6 +8,9 @@ throughput: template creations per second for 3 s clips (create_voice_template_f
             (every model of the anti-spoofing path loaded: VAD, CAM++, Whisper base).
 identify:   server time (Server-Timing header) of /identification_engine/identify against a
             list of `size` templates, list parsing included.
+diarize:    /diarization_engine/get_segmentation_from_samples on a two-party call of `minutes`
+            (train.conversations, held-aside voices), wideband at 16 kHz and through a G.711 line at
+            8 kHz: wall time per call as RTF, and the server's RSS peak (issue 48).
 """
 
 from __future__ import annotations
@@ -125,6 +128,42 @@ def identify(size: int, repeats: int, list_version: int = 2, probe_rate: int = 1
     print(f"server RSS: {rss:.0f} MiB now, {peak:.0f} MiB peak")
 
 
+def diarize(minutes: float, repeats: int) -> None:
+    import zlib
+
+    from common.telephone import LINES, telephone
+    from train.conversations import conversation, pick_voices, speech_pools
+
+    pools = speech_pools(SHARED / "data", "calls")
+    rng = np.random.default_rng(4802)
+    wave, _ = conversation(pick_voices(pools, rng, 2, "speechocean762"), rng, minutes * 60.0, overlap_p=0.1)
+    line = telephone(wave, 16000, LINES["g711u"], zlib.crc32(b"bench"))
+    bodies = {
+        16000: (np.clip(wave, -1, 1) * 32767).astype("<i2").tobytes(),
+        8000: (np.clip(line, -1, 1) * 32767).astype("<i2").tobytes(),
+    }
+    seconds = wave.size / 16000
+    path = "/diarization_engine/get_segmentation_from_samples?sample_rate={}"
+    headers = {"content-type": "application/octet-stream"}
+    with server("voice") as (url, pid), httpx.Client(base_url=url, timeout=600) as c:
+        c.post(path.format(8000), content=bodies[8000][:160000], headers=headers).raise_for_status()
+        for rate, body in bodies.items():
+            walls, speakers = [], []
+            for _ in range(repeats):
+                t0 = time.perf_counter()
+                r = c.post(path.format(rate), content=body, headers=headers)
+                r.raise_for_status()
+                walls.append(time.perf_counter() - t0)
+                speakers.append(len(r.json()))
+            rtf = [w / seconds for w in walls]
+            print(
+                f"{rate} Hz, {seconds / 60:.1f} min two-party call: RTF {min(rtf):.4f} best, "
+                f"{float(np.median(rtf)):.4f} median of {repeats} (wall, HTTP included); speakers {speakers}"
+            )
+        rss, peak = rss_mb(pid)
+    print(f"server RSS: {rss:.0f} MiB now, {peak:.0f} MiB peak")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     sub = ap.add_subparsers(dest="what", required=True)
@@ -133,6 +172,9 @@ def main() -> None:
     t.add_argument("--requests", type=int, default=200)
     t.add_argument("--antispoof", action="store_true", help="the anti-spoofing call instead")
     t.add_argument("--seconds", type=float, default=3.0, help="clip length (LibriSpeech, 16 kHz)")
+    d = sub.add_parser("diarize")
+    d.add_argument("--minutes", type=float, default=10.0)
+    d.add_argument("--repeats", type=int, default=3)
     i = sub.add_parser("identify")
     i.add_argument("--size", type=int, default=100_000)
     i.add_argument("--repeats", type=int, default=20)
@@ -141,6 +183,8 @@ def main() -> None:
     args = ap.parse_args()
     if args.what == "throughput":
         throughput(args.clients, args.requests, args.antispoof, args.seconds)
+    elif args.what == "diarize":
+        diarize(args.minutes, args.repeats)
     else:
         identify(args.size, args.repeats, args.list_version, args.probe_rate)
 

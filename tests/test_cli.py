@@ -121,7 +121,16 @@ def test_serve_refuses_to_start_without_models(tmp_path: Path) -> None:
         timeout=120,
     )
     assert proc.returncode == 2
-    needed = "campplus campplus_tel pyannote_segmentation silero_vad whisper_base_encoder"
+    needed = " ".join(
+        (
+            "campplus",
+            "campplus_tel",
+            "pyannote_segmentation",
+            "pyannote_segmentation_tel",
+            "silero_vad",
+            "whisper_base_encoder",
+        )
+    )
     assert f"verilive models pull {needed}" in proc.stderr.replace("\n", "")
 
 

@@ -119,6 +119,7 @@ DEFINITIONS: dict[str, ServiceDefinition] = {
             "campplus",
             "campplus_tel",
             "pyannote_segmentation",
+            "pyannote_segmentation_tel",
             "whisper_base_encoder",
         ),
         router=_voice_router,

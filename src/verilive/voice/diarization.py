@@ -44,6 +44,8 @@ from verilive.audio.resample import resample
 from verilive.audio.samples import as_mono, check_rate
 from verilive.errors import InvalidParameter
 from verilive.voice.campplus import CamPlusPlus, normalise
+from verilive.voice.channel import TEL_HIGHPASS_HZ, TEL_RAMP_HZ, highpass, resolve_channel
+from verilive.voice.schemas import ChannelType
 from verilive.voice.segmentation import (
     CHUNK_SAMPLES,
     FRAME_CENTRE0,
@@ -83,6 +85,8 @@ class DiarizationConfig:
         their embeddings is at least this. Lower means fewer speakers.
     min_cluster_size: clusters with fewer embeddings are not speakers; their local speakers go to
         the nearest speaker.
+    telephone_threshold, telephone_min_cluster_size: the same two rules for telephone audio, whose
+        embeddings (of the telephone band, by the telephone CAM++) lie closer together.
     given_min_size: with ``num_speakers`` given, clusters of at least this many embeddings are the
         speakers counted against it. A voice that speaks for a moment is seen by several chunks;
         one stray embedding (a laugh, a mixed voice) is not, and counting it as a speaker made
@@ -100,6 +104,8 @@ class DiarizationConfig:
     min_clean_s: float = 0.25
     threshold: float = 0.45
     min_cluster_size: int = 1
+    telephone_threshold: float = 0.45
+    telephone_min_cluster_size: int = 1
     given_min_size: int = 3
     max_speakers: int = 10
     max_cluster_items: int = 1000
@@ -114,9 +120,11 @@ class DiarizationConfig:
                 raise ValueError(f"{name} is a probability in [0, 1], got {v}")
         if not (math.isfinite(self.min_clean_s) and 0.0 < self.min_clean_s <= CHUNK_SAMPLES / SR):
             raise ValueError(f"min_clean_s must be in (0, 10] s, got {self.min_clean_s}")
-        if not -1.0 <= self.threshold <= 1.0:
-            raise ValueError(f"threshold is a cosine similarity in [-1, 1], got {self.threshold}")
-        for name in ("batch_size", "min_cluster_size", "given_min_size", "max_speakers"):
+        for name in ("threshold", "telephone_threshold"):
+            if not -1.0 <= getattr(self, name) <= 1.0:
+                raise ValueError(f"{name} is a cosine similarity in [-1, 1], got {getattr(self, name)}")
+        counts = ("min_cluster_size", "telephone_min_cluster_size", "given_min_size", "max_speakers")
+        for name in ("batch_size", *counts):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
         if self.max_cluster_items < 2:
@@ -135,6 +143,7 @@ class LocalSpeakers:
     active: np.ndarray  # (C, 589, 3) bool local speaker activity
     embeddings: np.ndarray  # (C, 3, 192) float32 unit embeddings, NaN where a local speaker has none
     n_frames: int  # global frames covering the audio (16 kHz samples / 270, rounded up)
+    telephone: bool = False  # telephone audio: the telephone models and clustering rules were used
 
     @property
     def embedded(self) -> np.ndarray:
@@ -145,15 +154,38 @@ class Diarizer:
     """Speaker diarization over shared segmentation and CAM++ models; thread-safe (no per-call state)."""
 
     def __init__(
-        self, segmenter: Segmenter, embedder: CamPlusPlus, config: DiarizationConfig = DiarizationConfig()
+        self,
+        segmenter: Segmenter,
+        embedder: CamPlusPlus,
+        config: DiarizationConfig = DiarizationConfig(),
+        telephone_segmenter: Segmenter | None = None,
+        telephone_embedder: CamPlusPlus | None = None,
     ) -> None:
+        """``telephone_segmenter`` / ``telephone_embedder``: the models for telephone audio (8 kHz
+        input, or a wider rate with nothing above 4 kHz, as ``voice.channel.resolve_channel``
+        decides); None: the wideband ones for all audio."""
         self.segmenter = segmenter
         self.embedder = embedder
         self.config = config
+        self.telephone_segmenter = telephone_segmenter
+        self.telephone_embedder = telephone_embedder
 
     def replace(self, **changes: object) -> Diarizer:
         """The same models with some config fields changed."""
-        return Diarizer(self.segmenter, self.embedder, replace(self.config, **changes))  # type: ignore[arg-type]
+        config = replace(self.config, **changes)  # type: ignore[arg-type]
+        tel = (self.telephone_segmenter, self.telephone_embedder)
+        return Diarizer(self.segmenter, self.embedder, config, *tel)
+
+    @staticmethod
+    def is_telephone(x: np.ndarray, sample_rate: int) -> bool:
+        """Telephone audio: 8 kHz, or a wider rate with nothing above 4 kHz (a call uploaded at 16 kHz)."""
+        return resolve_channel(None, sample_rate, x) is ChannelType.TEL
+
+    def segmenter_for(self, x: np.ndarray, sample_rate: int) -> Segmenter:
+        """The telephone segmenter for telephone audio when there is one, else the wideband one."""
+        if self.telephone_segmenter is not None and self.is_telephone(x, sample_rate):
+            return self.telephone_segmenter
+        return self.segmenter
 
     # ------------------------------------------------------------------ public
 
@@ -196,6 +228,9 @@ class Diarizer:
         """Steps 1 and 2 over mono ``x`` at ``sample_rate``: one batch of chunks in memory at a time."""
         cfg = self.config
         n16 = _to16k(x.size, sample_rate)
+        tel = self.is_telephone(x, sample_rate)
+        segmenter = self.telephone_segmenter if tel and self.telephone_segmenter else self.segmenter
+        embedder = self.telephone_embedder if tel and self.telephone_embedder else self.embedder
         step = cfg.step_frames * FRAME_STEP
         starts = chunk_starts(n16, step)
         active = np.empty((starts.size, N_FRAMES, MAX_LOCAL), bool)
@@ -203,12 +238,14 @@ class Diarizer:
         for b0 in range(0, starts.size, cfg.batch_size):
             group = starts[b0 : b0 + cfg.batch_size]
             chunks = np.stack([_audio16k(x, sample_rate, int(s), int(s) + CHUNK_SAMPLES) for s in group])
-            act = self.decide(np.exp(self.segmenter.log_probs(chunks)))
+            act = self.decide(np.exp(segmenter.log_probs(chunks)))
             active[b0 : b0 + group.size] = act
-            emb[b0 : b0 + group.size] = self.embed_local(chunks, act)
+            emb[b0 : b0 + group.size] = self.embed_local(
+                chunks, act, embedder, tel and embedder is not self.embedder
+            )
         offsets = np.round(starts / FRAME_STEP).astype(np.int64)
         n_frames = max(1, -(-n16 // FRAME_STEP))
-        return LocalSpeakers(offsets, active, emb, n_frames)
+        return LocalSpeakers(offsets, active, emb, n_frames, tel)
 
     def decide(self, probs: np.ndarray) -> np.ndarray:
         """(..., 589, 3) bool local activity from powerset probabilities (..., 589, 7) (step 1)."""
@@ -222,15 +259,26 @@ class Diarizer:
         np.put_along_axis(out, rank[..., 1:2], two[..., None], axis=-1)
         return out
 
-    def embed_local(self, chunks: np.ndarray, active: np.ndarray) -> np.ndarray:
-        """(B, 3, 192) unit embeddings of each chunk's local speakers on their clean frames (step 2)."""
+    def embed_local(
+        self,
+        chunks: np.ndarray,
+        active: np.ndarray,
+        embedder: CamPlusPlus | None = None,
+        telephone: bool = False,
+    ) -> np.ndarray:
+        """(B, 3, 192) unit embeddings of each chunk's local speakers on their clean frames (step 2).
+
+        ``telephone``: the chunks are telephone audio; they are embedded in the telephone band
+        (300 Hz high-pass, as the telephone views of voice templates are)."""
         cfg = self.config
+        embedder = embedder or self.embedder
         out = np.full((chunks.shape[0], MAX_LOCAL, CamPlusPlus.DIM), np.nan, np.float32)
         items: list[np.ndarray] = []
         where: list[tuple[int, int]] = []
         min_frames = round(cfg.min_clean_s * SR / _FBANK_SHIFT)
         for c in range(chunks.shape[0]):
-            lm = self.embedder.log_mel(chunks[c])
+            chunk = highpass(chunks[c], SR, TEL_HIGHPASS_HZ, TEL_RAMP_HZ) if telephone else chunks[c]
+            lm = embedder.log_mel(chunk)
             seg_frame = _fbank_to_segmentation(lm.shape[0])
             alone = active[c] & (active[c].sum(axis=1, keepdims=True) == 1)
             for k in range(MAX_LOCAL):
@@ -239,15 +287,20 @@ class Diarizer:
                     items.append(normalise(lm[sel]))
                     where.append((c, k))
         if items:
-            e = self.embedder.embed_batch(items, batch_size=16)
+            e = embedder.embed_batch(items, batch_size=16)
             e /= np.maximum(np.linalg.norm(e, axis=1, keepdims=True), 1e-12)
             for (c, k), row in zip(where, e, strict=True):
                 out[c, k] = row
         return out
 
-    def cluster(self, units: np.ndarray, num_speakers: int | None = None) -> np.ndarray:
-        """(K, 192) unit speaker centroids from unit embeddings (step 3)."""
+    def cluster(
+        self, units: np.ndarray, num_speakers: int | None = None, telephone: bool = False
+    ) -> np.ndarray:
+        """(K, 192) unit speaker centroids from unit embeddings (step 3); ``telephone``: the
+        embeddings are of telephone audio (their own threshold and smallest cluster)."""
         cfg = self.config
+        threshold = cfg.telephone_threshold if telephone else cfg.threshold
+        min_size = cfg.telephone_min_cluster_size if telephone else cfg.min_cluster_size
         n = units.shape[0]
         if n == 1:
             return units.copy()
@@ -255,13 +308,13 @@ class Diarizer:
         x = units[idx]
         merges = _average_linkage(x)
         m = x.shape[0]
-        n_merges = int(np.sum(merges[:, 2] >= cfg.threshold))
+        n_merges = int(np.sum(merges[:, 2] >= threshold))
         labels = _cut(merges, m, n_merges)
         if num_speakers is None:
-            speakers = _large_clusters(labels, cfg.min_cluster_size)
+            speakers = _large_clusters(labels, min_size)
             if len(speakers) > cfg.max_speakers:
                 labels, _ = _cut_for(merges, m, cfg.max_speakers)
-                speakers = _large_clusters(labels, cfg.min_cluster_size)
+                speakers = _large_clusters(labels, min_size)
         else:
             labels, speakers = _cut_given(merges, m, n_merges, num_speakers, cfg.given_min_size)
         cents = np.stack([x[labels == c].mean(axis=0) for c in speakers])
@@ -276,7 +329,7 @@ class Diarizer:
             # Speech too short to embed anywhere: one anonymous speaker, or nobody.
             frames = self.speaker_count(local) > 0
             return _to_output(frames[:, None], n_samples, sample_rate) if frames.any() else {}
-        centroids = self.cluster(local.embeddings[embedded], num_speakers)
+        centroids = self.cluster(local.embeddings[embedded], num_speakers, local.telephone)
         sims = np.nan_to_num(local.embeddings) @ centroids.T  # (C, 3, K)
         speaker = np.where(embedded, np.argmax(sims, axis=-1), -1)
         return _to_output(self.reconstruct(local, speaker, len(centroids)), n_samples, sample_rate)

@@ -29,6 +29,7 @@ from verilive.voice.diarization import Diarizer
 from verilive.voice.identification import IdentificationList
 from verilive.voice.quality import QualityMetrics
 from verilive.voice.schemas import ChannelType
+from verilive.voice.segmentation import TELEPHONE_MODEL_ID as TELEPHONE_SEGMENTATION_ID
 from verilive.voice.segmentation import Segmenter
 from verilive.voice.templates import PAIRS, VoiceTemplate, merge, pair_views
 from verilive.voice.vad import SileroVad, VadConfig, segments_from_probabilities
@@ -164,13 +165,19 @@ class VoiceEngine:
     @classmethod
     def from_registry(cls, registry: ModelRegistry) -> VoiceEngine:
         embedder = CamPlusPlus.from_registry(registry)
+        telephone_embedder = CamPlusPlus.from_registry(registry, TELEPHONE_MODEL_ID)
         return cls(
             SileroVad.from_registry(registry),
             embedder,
             MatchCalibration.packaged(),
-            Diarizer(Segmenter.from_registry(registry), embedder),
+            Diarizer(
+                Segmenter.from_registry(registry),
+                embedder,
+                telephone_segmenter=Segmenter.from_registry(registry, TELEPHONE_SEGMENTATION_ID),
+                telephone_embedder=telephone_embedder,
+            ),
             TelephoneMap.packaged(),
-            CamPlusPlus.from_registry(registry, TELEPHONE_MODEL_ID),
+            telephone_embedder,
         )
 
     @property
