@@ -104,8 +104,8 @@ class DiarizationConfig:
     min_clean_s: float = 0.25
     threshold: float = 0.45
     min_cluster_size: int = 1
-    telephone_threshold: float = 0.45
-    telephone_min_cluster_size: int = 1
+    telephone_threshold: float = 0.6
+    telephone_min_cluster_size: int = 2
     given_min_size: int = 3
     max_speakers: int = 10
     max_cluster_items: int = 1000
