@@ -13,13 +13,21 @@ VERILIVE_MODEL_MIRROR ?= $(wildcard $(CURDIR)/../shared/models/upstream)
 export VERILIVE_MODEL_MIRROR
 
 PY_DIRS := $(wildcard src tests bench eval train common)
+PIP_VERSION := 26.3
+PIP_TOOLS := pip-tools>=7.4,<8
+# pip-compile options shared by every lock: no machine's index or wheel folders in the files.
+COMPILE := CUSTOM_COMPILE_COMMAND="make lock" $(BIN)/pip-compile --quiet --strip-extras \
+	--no-emit-index-url --no-emit-find-links --no-emit-trusted-host
 
-.PHONY: install models serve test test-deps lint format clean
+.PHONY: install models serve test test-deps lint format clean lock
 
-$(STAMP): pyproject.toml Makefile
+# Exact versions from the lock (requirements/, docs/deployment.md): every fresh install gets the
+# same packages; verilive itself goes in without resolving anything again.
+$(STAMP): pyproject.toml Makefile requirements/dev.txt
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e ".[dev,convert,postgres,redis]"
+	$(BIN)/python -m pip install --quiet "pip==$(PIP_VERSION)"
+	$(BIN)/python -m pip install --quiet -r requirements/dev.txt
+	$(BIN)/python -m pip install --quiet --no-deps -e .
 	touch $(STAMP)
 
 install: $(STAMP)
@@ -44,6 +52,16 @@ test-deps:
 
 test: models lint test-deps
 	$(BIN)/pytest
+
+# Refresh the locks from pyproject.toml (newest versions within its ranges): runtime (the service
+# image), convert (the image's model stage), dev (make, CI). The CPU torch build's local label
+# (+cpu) is dropped: torch==2.13.0 matches it where it is, and the upstream wheel elsewhere.
+lock: $(STAMP)
+	$(BIN)/python -m pip install --quiet "$(PIP_TOOLS)"
+	$(COMPILE) --extra postgres --extra redis -o requirements/runtime.txt pyproject.toml
+	$(COMPILE) --extra convert -o requirements/convert.txt pyproject.toml
+	$(COMPILE) --extra dev --extra convert --extra postgres --extra redis -o requirements/dev.txt pyproject.toml
+	sed -i 's/^\(torch==[^+ ]*\)+[^ ]*/\1/' requirements/*.txt
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

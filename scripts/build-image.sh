@@ -167,6 +167,8 @@ for n in names:
         print(n, md.version(n))
     except md.PackageNotFoundError:
         print(n, "not installed")
+for d in sorted(md.distributions(), key=lambda d: d.metadata["Name"].lower()):
+    print("dist", d.metadata["Name"], d.version)
 root = os.environ["VERILIVE_MODELS_DIR"]
 for m in sorted(os.listdir(root)):
     rec = json.load(open(os.path.join(root, m, "manifest.json")))

@@ -19,7 +19,7 @@ import soundfile as sf
 from verilive.config import Settings
 from verilive.models.sessions import ModelRegistry
 from verilive.models.store import ModelStore
-from verilive.voice.campplus import CamPlusPlus, normalise
+from verilive.voice.campplus import INPUT_NAME, CamPlusPlus, normalise
 
 NAMES = ["fixed0", "fixed1", "fixed2", "speech"]
 CHECKPOINT = "models/upstream/campplus_cn_en_common.pt"
@@ -371,3 +371,54 @@ def test_same_speaker_scores_higher_than_different_speakers(shared_dir: Path, ca
     different = scores[~np.eye(len(SPEAKER_FILES), dtype=bool)]
     # Measured: same 0.66..0.92, different <= 0.29.
     assert same.min() > different.max() + 0.2, scores.round(2)
+
+
+# --- the FCM front without the onnx package (issue 49) ------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_fcm_cut_needs_no_onnx_and_matches_the_onnx_cut(cam: CamPlusPlus) -> None:
+    """The runtime has no ``onnx``: the front module is cut with onnxruntime's protobuf alone, in a
+    process where importing onnx fails, and equals the cut ``onnx.helper`` makes (bit for bit)."""
+    import subprocess
+    import sys
+
+    import onnx
+    import onnxruntime as ort
+
+    code = (
+        "import sys; sys.modules['onnx'] = None\n"
+        "from pathlib import Path\n"
+        "from verilive.voice.campplus import _fcm_session\n"
+        f"s = _fcm_session(Path({str(cam.model_path)!r}), 1)\n"
+        "print(s.get_outputs()[0].name, len(s.get_inputs()))\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-2000:]
+    out_name = r.stdout.split()[0]
+    assert out_name.startswith("/head/") and r.stdout.split()[1] == "1"
+
+    model = onnx.load(str(cam.model_path))
+    graph, needed, nodes = model.graph, {out_name}, []
+    for node in reversed(graph.node):
+        if needed.intersection(node.output):
+            nodes.append(node)
+            needed.update(i for i in node.input if i)
+    ref = onnx.helper.make_model(
+        onnx.helper.make_graph(
+            nodes[::-1],
+            "ref",
+            [i for i in graph.input if i.name in needed],
+            [onnx.helper.make_tensor_value_info(out_name, onnx.TensorProto.FLOAT, None)],
+            [t for t in graph.initializer if t.name in needed],
+        ),
+        opset_imports=model.opset_import,
+        ir_version=model.ir_version,
+    )
+    x = np.random.default_rng(3).standard_normal((1, 300, 80)).astype(np.float32)
+    (want,) = ort.InferenceSession(ref.SerializeToString(), providers=["CPUExecutionProvider"]).run(
+        None, {INPUT_NAME: x}
+    )
+    got = cam.fcm_frames(x[0])
+    assert got.shape == (320, 300)
+    np.testing.assert_array_equal(got, np.asarray(want[0]).reshape(320, -1))

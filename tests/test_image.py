@@ -19,7 +19,9 @@ from pathlib import Path
 import httpx
 import pytest
 from common.container import SERVICES, ask, buildah_problem, builder, image_size, remove_image, run_image
+from common.locks import read_lock
 from common.repo import REPO
+from packaging.utils import canonicalize_name
 
 from verilive.server.app import DEFINITIONS
 
@@ -60,13 +62,23 @@ def built(shared_dir: Path) -> Iterator[str]:
 def test_the_all_image_has_every_model_no_torch_and_fits(built: str) -> None:
     lines = built.splitlines()
     assert lines[0].startswith(f"== {IMAGE}: ")
-    versions = dict(line.split(" ", 1) for line in lines[1:] if not line.startswith("model "))
+    versions = dict(line.split(" ", 1) for line in lines[1:] if not line.startswith(("model ", "dist ")))
     assert versions["python"].startswith("3.11.")
     assert versions["verilive"] != "not installed" and versions["onnxruntime"] != "not installed"
     assert versions["torch"] == "not installed"  # conversion happens in the models stage only
     models = {line.split()[1] for line in lines if line.startswith("model ")}
     assert models == {m for d in DEFINITIONS.values() for m in d.required_models}
     assert image_size(IMAGE) <= MAX_IMAGE_BYTES
+
+
+def test_the_image_installs_exactly_the_runtime_lock(built: str) -> None:
+    """Every package of the runtime venv at its locked version, nothing else (no onnx, no torch)."""
+    dists = {
+        canonicalize_name(p[1]): p[2] for p in (line.split() for line in built.splitlines()) if p[0] == "dist"
+    }
+    for tool in ("pip", "setuptools", "verilive"):
+        dists.pop(tool, None)
+    assert dists == read_lock(REPO / "requirements" / "runtime.txt")
 
 
 def test_the_image_serves_the_three_services(built: str, tmp_path: Path, shared_dir: Path) -> None:

@@ -213,32 +213,15 @@ class CamPlusPlus:
 
 def _fcm_session(model_path: Path, intra_op_threads: int) -> Any:
     """Cut the FCM front module out of the converted CAM++ graph: its output is that of the last node
-    in the ``/head/`` scope (the reshape to (B, 320, T))."""
-    import onnx
-
+    in the ``/head/`` scope (the reshape to (B, 320, T)). Done with onnxruntime's protobuf alone:
+    the runtime has no ``onnx`` package (models/onnx_graph.py)."""
+    from verilive.models.onnx_graph import cut_subgraph, node_names
     from verilive.models.sessions import cpu_session
 
-    model = onnx.load(str(model_path))
-    graph = model.graph
-    head = [n for n in graph.node if n.name.startswith(FCM_SCOPE)]
-    if not head or head[-1].op_type != "Reshape":
+    data = model_path.read_bytes()
+    head = [(op, outs) for name, op, outs in node_names(data) if name.startswith(FCM_SCOPE)]
+    if not head or head[-1][0] != "Reshape":
         raise RuntimeError(f"{model_path}: no FCM front module ({FCM_SCOPE}...Reshape) in the graph")
-    out = head[-1].output[0]
-    # the nodes the FCM output depends on (the graph is topologically sorted)
-    needed, nodes = {out}, []
-    for node in reversed(graph.node):
-        if needed.intersection(node.output):
-            nodes.append(node)
-            needed.update(i for i in node.input if i)
-    nodes.reverse()
-    inits = [t for t in graph.initializer if t.name in needed]
-    sub_graph = onnx.helper.make_graph(
-        nodes,
-        "campplus_fcm",
-        [i for i in graph.input if i.name == INPUT_NAME],
-        [onnx.helper.make_tensor_value_info(out, onnx.TensorProto.FLOAT, None)],
-        inits,
-    )
-    sub = onnx.helper.make_model(sub_graph, opset_imports=model.opset_import, ir_version=model.ir_version)
+    sub = cut_subgraph(data, head[-1][1][0], "campplus_fcm")
     # Inputs up to 8 s that vary per call: an arena would keep the largest run of each concurrent call.
-    return cpu_session(sub.SerializeToString(), intra_op_threads, mem_arena=False)
+    return cpu_session(sub, intra_op_threads, mem_arena=False)
