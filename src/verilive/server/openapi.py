@@ -12,6 +12,7 @@ from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
 from verilive.server.errors import ErrorBody
+from verilive.server.uploads import JSON_BODY_MODELS
 
 _ERROR_REF = {"$ref": "#/components/schemas/ErrorBody"}
 _NO_INPUT = {"/health", "/metrics", "/api_version"}
@@ -34,6 +35,11 @@ def install_openapi(app: FastAPI) -> None:
             schemas.pop(name, None)
         for path, ops in doc.get("paths", {}).items():
             for op in ops.values():
+                body = op.get("requestBody", {}).get("content", {}).get("application/json", {})
+                name = body.get("schema", {}).get("$ref", "").rpartition("/")[2]
+                if name in JSON_BODY_MODELS and name not in schemas:  # a body read by json_model
+                    ref = "#/components/schemas/{model}"
+                    schemas[name] = JSON_BODY_MODELS[name].model_json_schema(ref_template=ref)
                 responses = op.setdefault("responses", {})
                 responses.pop("422", None)
                 if path in _NO_INPUT:

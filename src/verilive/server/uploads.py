@@ -1,11 +1,13 @@
-"""Reading request bodies: raw PCM16/bundle bodies and multipart file parts."""
+"""Reading request bodies: raw PCM16/bundle bodies, multipart file parts and large JSON bodies."""
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from fastapi import Request, UploadFile
+from fastapi.exceptions import RequestValidationError
+from pydantic import BaseModel, ValidationError
 
 from verilive.errors import InvalidInput, PayloadTooLarge, UnsupportedMediaType, VeriliveError
 
@@ -15,6 +17,8 @@ OCTET_STREAM_BODY: dict[str, Any] = {
         "content": {"application/octet-stream": {"schema": {"type": "string", "format": "binary"}}},
     }
 }
+
+M = TypeVar("M", bound=BaseModel)
 
 _NOT_RAW = ("multipart/", "application/json", "application/x-www-form-urlencoded", "text/")
 
@@ -74,3 +78,38 @@ async def read_part(upload: UploadFile, part: str) -> bytes:
     if not data:
         raise InvalidInput(f"The file part '{part}' is empty", code="EMPTY_PART")
     return data
+
+
+#: models of JSON bodies read by :func:`json_model`, by name: server/openapi.py adds the schemas of
+#: those a service's routes refer to, as FastAPI does for body parameters.
+JSON_BODY_MODELS: dict[str, type[BaseModel]] = {}
+
+
+def json_body_schema(model: type[BaseModel]) -> dict[str, Any]:
+    """``openapi_extra`` of a route that reads its JSON body with :func:`json_model`: the request
+    body FastAPI would document for a ``model`` parameter."""
+    JSON_BODY_MODELS[model.__name__] = model
+    ref = {"$ref": f"#/components/schemas/{model.__name__}"}
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": ref}}}}
+
+
+async def json_model(request: Request, model: type[M]) -> M:
+    """The JSON body as ``model``, parsed by pydantic's own JSON reader straight into the model.
+
+    For bodies of tens of MB (identification lists: 52 MB of base64 for 100,000 version-2 rows) the
+    standard library's ``json.loads`` that FastAPI uses took ~180 ms and this ~35 ms (issue 49).
+    Errors are FastAPI's: the same :class:`RequestValidationError` shapes (``loc`` from ``body``),
+    the same rules for a missing body and for a content type that is not JSON."""
+    body = await request.body()
+    if not body:
+        raise RequestValidationError(
+            [{"type": "missing", "loc": ("body",), "msg": "Field required", "input": None}]
+        )
+    mt = media_type(request)
+    try:
+        if mt and not (mt == "application/json" or (mt.startswith("application/") and mt.endswith("+json"))):
+            return model.model_validate(body)  # FastAPI validates such a body as bytes: an error
+        return model.model_validate_json(body)
+    except ValidationError as e:
+        errors = [{**err, "loc": ("body", *err["loc"])} for err in e.errors(include_url=False)]
+        raise RequestValidationError(errors) from None

@@ -28,7 +28,14 @@ from verilive.audio import (
 from verilive.server.buildinfo import PROJECT_LICENSE, components_string, git_commit
 from verilive.server.context import ServiceContext, get_context
 from verilive.server.types import Int32
-from verilive.server.uploads import OCTET_STREAM_BODY, read_part, read_raw_body, require_multipart
+from verilive.server.uploads import (
+    OCTET_STREAM_BODY,
+    json_body_schema,
+    json_model,
+    read_part,
+    read_raw_body,
+    require_multipart,
+)
 from verilive.voice.antispoof import SpoofScores
 from verilive.voice.attributes import SpeakerAttributes
 from verilive.voice.deps import antispoof_engine, attributes_estimator, voice_engine, voice_service
@@ -404,21 +411,33 @@ async def create_identification_list(ctx: Ctx, request: CreateListRequest) -> st
     return await run(voice_engine(ctx).create_list, request.voice_templates)
 
 
-@router.post("/identification_engine/enrich_identification_list", response_model=str, tags=["identification"])
-async def enrich_identification_list(ctx: Ctx, request: EnrichListRequest) -> str:
-    return await run(voice_engine(ctx).enrich_list, request.identification_list, request.voice_templates)
+# The two routes that take a whole identification list read their JSON with pydantic's reader
+# (server/uploads.json_model): five times faster than FastAPI's json.loads on a 52 MB list.
+@router.post(
+    "/identification_engine/enrich_identification_list",
+    response_model=str,
+    tags=["identification"],
+    openapi_extra=json_body_schema(EnrichListRequest),
+)
+async def enrich_identification_list(ctx: Ctx, request: Request) -> str:
+    body = await json_model(request, EnrichListRequest)
+    return await run(voice_engine(ctx).enrich_list, body.identification_list, body.voice_templates)
 
 
 @router.post(
-    "/identification_engine/identify", response_model=IdentificationResultModel, tags=["identification"]
+    "/identification_engine/identify",
+    response_model=IdentificationResultModel,
+    tags=["identification"],
+    openapi_extra=json_body_schema(IdentifyRequest),
 )
 async def identify(
     ctx: Ctx,
-    request: IdentifyRequest,
+    request: Request,
     acceptance_level: OptFloat = None,
 ) -> Response:
+    body = await json_model(request, IdentifyRequest)
     scores, threshold = await run(
-        voice_engine(ctx).identify, request.voice_template, request.identification_list, acceptance_level
+        voice_engine(ctx).identify, body.voice_template, body.identification_list, acceptance_level
     )
     # 100,000 scores: orjson writes the numpy array directly, ~50x faster than validating a list.
     body = orjson.dumps({"scores": scores, "threshold": threshold}, option=orjson.OPT_SERIALIZE_NUMPY)
