@@ -107,8 +107,10 @@ async def json_model(request: Request, model: type[M]) -> M:
         )
     mt = media_type(request)
     try:
-        if mt and not (mt == "application/json" or (mt.startswith("application/") and mt.endswith("+json"))):
-            return model.model_validate(body)  # FastAPI validates such a body as bytes: an error
+        if not (mt == "application/json" or (mt.startswith("application/") and mt.endswith("+json"))):
+            # FastAPI (strict content type) validates such a body, or one without a content type,
+            # as bytes: an error
+            return model.model_validate(body)
         return model.model_validate_json(body)
     except ValidationError as e:
         errors = [{**err, "loc": ("body", *err["loc"])} for err in e.errors(include_url=False)]
