@@ -45,6 +45,10 @@ BENCHES: dict[str, tuple[list[str], list[tuple[str, str]]]] = {
             ("identify server RSS peak MiB", r"server RSS: \d+ MiB now, (\d+) MiB peak"),
         ],
     ),
+    "identify-tel": (
+        ["bench.voice_http", "identify", "--size", "100000", "--repeats", "20", "--probe-rate", "8000"],
+        [("identify 100k v2, telephone probe, server ms", r"server ms: median ([\d.]+)")],
+    ),
     "antispoof": (
         ["bench.antispoof_rtf", "--repeats", "10"],
         [

@@ -266,19 +266,23 @@ def test_list_v2_scores_every_row_as_match_would() -> None:
     from verilive.voice.templates import PAIRS, pair_views
 
     rng = np.random.default_rng(12)
-    rows = [_v2(rng, c) for c in (1, 2, 3, 2, 1, 1, 2)]
     # a telephone map, as the engine passes it, must reach every telephone view on both sides
     tel_map = TelephoneMap(
         np.eye(192, dtype=np.float32) + 0.3 * rng.standard_normal((192, 192)).astype(np.float32)
     )
-    ident = IdentificationList.decode(IdentificationList.from_templates(rows, ID, tel_map).encode())
-    assert ident.version == 2 and ident.count == 7
-    for probe in (_v2(rng, 1), _v2(rng, 2), _v2(rng, 3)):
-        scores, pairs = ident.pair_scores(probe, tel_map)
-        for i, row in enumerate(rows):
-            pair, u, v = pair_views(probe, row, tel_map)
-            assert PAIRS[pairs[i]] == pair
-            assert scores[i] == pytest.approx(np.dot(u, v), abs=0.002)
+    # mixed rows, and rows that all have both views (a telephone probe: the one-product path)
+    for kinds in ((1, 2, 3, 2, 1, 1, 2), (3, 3, 3, 3, 3)):
+        rows = [_v2(rng, c) for c in kinds]
+        ident = IdentificationList.decode(IdentificationList.from_templates(rows, ID, tel_map).encode())
+        assert ident.version == 2 and ident.count == len(kinds)
+        for probe in (_v2(rng, 1), _v2(rng, 2), _v2(rng, 3)):
+            scores, pairs = ident.pair_scores(probe, tel_map)
+            for i, row in enumerate(rows):
+                pair, u, v = pair_views(probe, row, tel_map)
+                assert PAIRS[pairs[i]] == pair
+                assert scores[i] == pytest.approx(np.dot(u, v), abs=0.002)
+    rows = [_v2(rng, c) for c in (1, 2, 3, 2, 1, 1, 2)]
+    ident = IdentificationList.from_templates(rows, ID, tel_map)
     # adding rows keeps version 2; a version-1 template makes (and keeps) a version-1 list, as before
     more = ident.extend([_v2(rng, 2)])
     assert more.version == 2 and more.count == 8

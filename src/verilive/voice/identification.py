@@ -155,11 +155,15 @@ class IdentificationList:
             return out, pairs
         # telephone probe: telephone rows by their telephone view, wideband rows by their cross view
         t = tel_view(probe, tel_map)
-        out = _product(self.codes, self.scales, t)
         pairs[:] = 2
-        wide_rows = np.flatnonzero(row_wide & ((self.masks & TEL) > 0))
-        if wide_rows.size:
-            out[wide_rows] = _product(self.cross_codes[wide_rows], self.cross_scales[wide_rows], t)
+        cross_rows = row_wide & ((self.masks & TEL) > 0)
+        if cross_rows.all():  # every row has both views (the common list): one product, no copies
+            out = _product(self.cross_codes, self.cross_scales, t)
+        else:
+            out = _product(self.codes, self.scales, t)
+            wide_rows = np.flatnonzero(cross_rows)
+            if wide_rows.size:
+                out[wide_rows] = _product(self.cross_codes[wide_rows], self.cross_scales[wide_rows], t)
         pairs[np.flatnonzero(row_wide)] = 1
         return out, pairs
 
