@@ -49,8 +49,17 @@ BENCHES: dict[str, tuple[list[str], list[tuple[str, str]]]] = {
         ["bench.voice_http", "identify", "--size", "100000", "--repeats", "20", "--probe-rate", "8000"],
         [("identify 100k v2, telephone probe, server ms", r"server ms: median ([\d.]+)")],
     ),
+    "diarize": (
+        ["bench.voice_http", "diarize", "--minutes", "10", "--repeats", "1"],
+        [
+            ("diarize 10 min, 16 kHz, RTF", r"16000 Hz, [\d.]+ min two-party call: RTF ([\d.]+)"),
+            ("diarize 10 min, G.711 8 kHz, RTF", r"8000 Hz, [\d.]+ min two-party call: RTF ([\d.]+)"),
+            ("diarize 10 min, G.711: speakers found", r"8000 Hz, .*?speakers \[(\d+)"),
+            ("diarize server RSS peak MiB", r"server RSS: \d+ MiB now, (\d+) MiB peak"),
+        ],
+    ),
     "antispoof": (
-        ["bench.antispoof_rtf", "--repeats", "10"],
+        ["bench.antispoof_rtf", "--repeats", "5"],
         [
             (
                 "anti-spoofing RTF (wall), 5 s",
@@ -59,7 +68,7 @@ BENCHES: dict[str, tuple[list[str], list[tuple[str, str]]]] = {
         ],
     ),
     "face": (
-        ["bench.face_http", "--requests", "60", "--batch-runs", "3"],
+        ["bench.face_http", "--requests", "30", "--batch-runs", "2"],
         [
             ("face server ms (first pipeline)", r"server ms median ([\d.]+)"),
             ("face batch images/s (first pipeline)", r"batch of \d+: ([\d.]+) images/s"),

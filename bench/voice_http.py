@@ -147,6 +147,9 @@ def diarize(minutes: float, repeats: int) -> None:
     headers = {"content-type": "application/octet-stream"}
     with server("voice") as (url, pid), httpx.Client(base_url=url, timeout=600) as c:
         c.post(path.format(8000), content=bodies[8000][:160000], headers=headers).raise_for_status()
+        c.post(path.format(16000), content=bodies[16000][:320000], headers=headers).raise_for_status()
+        before, _ = rss_mb(pid)
+        print(f"server RSS after a 10 s call at each rate (every diarization model loaded): {before:.0f} MiB")
         for rate, body in bodies.items():
             walls, speakers = [], []
             for _ in range(repeats):

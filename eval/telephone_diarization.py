@@ -58,8 +58,14 @@ CHANNELS = ("wideband", *LINES)
 BEFORE = "wideband models"
 TEL_EMBEDDINGS = "telephone CAM++ only"
 SHIPPED = "telephone models"
-#: (clustering threshold, smallest speaker cluster): the speaker-count criterion's grid.
-GRID = tuple(itertools.product((0.3, 0.35, 0.4, 0.45, 0.5, 0.55, 0.6, 0.65, 0.7), (1, 2, 3, 5, 8)))
+#: (clustering threshold, smallest speaker cluster, its smallest share of the embeddings): the
+#: speaker-count criterion's grid.
+GRID = tuple(
+    itertools.product(
+        (0.3, 0.35, 0.4, 0.45, 0.5, 0.55, 0.6, 0.65, 0.7), (1, 2, 3, 5), (0.0, 0.01, 0.02, 0.04)
+    )
+)
+Setting = tuple[float, int, float]
 #: speakers per call, cycled: mostly two-party calls, some one-speaker (voicemail) and three-party ones
 CALL_SPEAKERS = (2, 2, 1, 2, 3, 2)
 
@@ -127,7 +133,9 @@ def public_recordings(folder: Path | None) -> list[Recording]:
     return out
 
 
-def call_recordings(data: Path, per_source: int, seconds: float) -> list[Recording]:
+def call_recordings(data: Path, per_source: int, seconds: float, long: bool = False) -> list[Recording]:
+    """``per_source`` calls of ``seconds`` per call source; ``long``: the set of long two-party calls
+    (``long:<source>``, left out with the same source's short calls)."""
     from train.conversations import CALL_SOURCES, SR, conversation, pick_voices, speech_pools
 
     pools = speech_pools(data, "calls")
@@ -136,15 +144,16 @@ def call_recordings(data: Path, per_source: int, seconds: float) -> list[Recordi
         if src not in pools:
             continue
         for i in range(per_source):
-            k = CALL_SPEAKERS[i % len(CALL_SPEAKERS)]
+            k = 2 if long else CALL_SPEAKERS[i % len(CALL_SPEAKERS)]
             if k > len(pools[src]):
                 continue
-            rng = np.random.default_rng(zlib.crc32(f"calls/{src}/{i}".encode()))
+            tag = "long" if long else "calls"
+            rng = np.random.default_rng(zlib.crc32(f"{tag}/{src}/{i}".encode()))
             wave, ref = conversation(pick_voices(pools, rng, k, src), rng, seconds, overlap_p=0.1)
-            uri = f"{src}-{i:02d}-{k}spk"
+            uri = f"{src}-{i:02d}-{k}spk" + ("-long" if long else "")
             out.append(
                 Recording(
-                    f"calls:{src}",
+                    f"{tag}:{src}",
                     f"calls:{src}",
                     uri,
                     wave,
@@ -169,7 +178,7 @@ class Result:
     rec: Recording
     channel: str
     model: str
-    grid: dict[tuple[float, int], tuple[Score, int]] = field(default_factory=dict)  # -> (score, n_est)
+    grid: dict[Setting, tuple[Score, int]] = field(default_factory=dict)  # -> (score, n_est)
     given: Score = field(default_factory=Score)
 
 
@@ -187,8 +196,11 @@ def local_cached(
     ).hexdigest()[:24]
     path = cache / f"{key}.npz"
     if path.exists():
+        # the telephone flag is what local_speakers decides for that input: lines go in at 8 kHz
+        tel = channel != "wideband" and model != BEFORE
         with np.load(path) as z:
-            return LocalSpeakers(z["offsets"], z["active"], z["embeddings"], int(z["n_frames"])), x.size, sr
+            local = LocalSpeakers(z["offsets"], z["active"], z["embeddings"], int(z["n_frames"]), tel)
+            return local, x.size, sr
     local = diarizer.local_speakers(x, sr)
     cache.mkdir(parents=True, exist_ok=True)
     np.savez(path, offsets=local.offsets, active=local.active, embeddings=local.embeddings,
@@ -211,14 +223,18 @@ def run(diarizers: dict[str, Any], recs: list[Recording], cache: Path) -> list[R
             for model, d in diarizers.items():
                 if ch == "wideband" and model != BEFORE:
                     continue
+                if rec.set.startswith("long:") and (model != SHIPPED) == (ch != "wideband"):
+                    continue  # long calls: only what the service runs (the wideband models on wideband)
                 local, n, sr = local_cached(d, rec, ch, model, cache)
                 res = Result(rec, ch, model)
-                for th, mcs in GRID:
-                    rules = {"threshold": th, "min_cluster_size": mcs}
+                embedded = local.embedded
+                tree = d.tree(local.embeddings[embedded]) if embedded.any() else None
+                for th, mcs, frac in GRID:
+                    rules = {"threshold": th, "min_cluster_size": mcs, "min_cluster_fraction": frac}
                     dk = d.replace(**rules, **{f"telephone_{k}": v for k, v in rules.items()})
-                    turns = dk.link(local, n, sr)
+                    turns = dk.link(local, n, sr, tree=tree)
                     hyp = turns_to_annotation(turns, sr, rec.uri)
-                    res.grid[(th, mcs)] = (score(rec.reference, hyp, rec.uem), len(turns))
+                    res.grid[(th, mcs, frac)] = (score(rec.reference, hyp, rec.uem), len(turns))
                 given = d.link(local, n, sr, rec.n_speakers)
                 res.given = score(rec.reference, turns_to_annotation(given, sr, rec.uri), rec.uem)
                 out.append(res)
@@ -226,7 +242,7 @@ def run(diarizers: dict[str, Any], recs: list[Recording], cache: Path) -> list[R
     return out
 
 
-def choose(results: list[Result], left_out: str | None, model: str, lines: bool) -> tuple[float, int]:
+def choose(results: list[Result], left_out: str | None, model: str, lines: bool) -> Setting:
     """The grid setting of lowest pooled DER over the recordings of other groups than ``left_out``:
     for wideband audio (``lines`` False) or every line pooled (True), with ``model``'s results."""
     pool = [
@@ -235,7 +251,7 @@ def choose(results: list[Result], left_out: str | None, model: str, lines: bool)
         if r.rec.group != left_out and r.model == model and (r.channel != "wideband") == lines
     ]
 
-    def der(k: tuple[float, int]) -> float:
+    def der(k: Setting) -> float:
         acc = Score()
         for r in pool:
             acc += r.grid[k][0]
@@ -256,8 +272,9 @@ class Row:
     n: int = 0
 
 
-def table(results: list[Result], shipped: dict[bool, tuple[float, int]]) -> dict[tuple[str, str, str], Row]:
-    """(set, channel, model) -> figures; sets of calls also pooled as "calls". ``shipped``: the
+def table(results: list[Result], shipped: dict[bool, Setting]) -> dict[tuple[str, str, str], Row]:
+    """(set, channel, model) -> figures; sets of calls also pooled as "calls" (long ones as "long").
+    ``shipped``: the
     configured setting for wideband audio (False) and for lines (True)."""
     keys = {(r.rec.group, r.model, r.channel != "wideband") for r in results}
     chosen = {k: choose(results, *k) for k in sorted(keys)}
@@ -265,7 +282,8 @@ def table(results: list[Result], shipped: dict[bool, tuple[float, int]]) -> dict
     for r in results:
         lines = r.channel != "wideband"
         k, ship = chosen[(r.rec.group, r.model, lines)], shipped[lines]
-        for s in [r.rec.set] + (["calls"] if r.rec.set.startswith("calls:") else []):
+        pooled = [p for p in ("calls", "long") if r.rec.set.startswith(p + ":")]
+        for s in [r.rec.set, *pooled]:
             row = rows.setdefault((s, r.channel, r.model), Row())
             row.est += r.grid[ship][0]
             row.left_out += r.grid[k][0]
@@ -291,8 +309,10 @@ def main() -> None:
     ap.add_argument("--public", type=Path, default=Path("/tmp/vl-diar"))
     ap.add_argument("--calls-per-source", type=int, default=6)
     ap.add_argument("--call-seconds", type=float, default=60.0)
+    ap.add_argument("--long-calls-per-source", type=int, default=1)
+    ap.add_argument("--long-call-seconds", type=float, default=300.0)
     ap.add_argument("--cache", type=Path, default=CACHE)
-    ap.add_argument("--sets", default="ami,sample,public,calls")
+    ap.add_argument("--sets", default="ami,sample,public,calls,long")
     ap.add_argument("--models", default=f"{BEFORE},{TEL_EMBEDDINGS},{SHIPPED}", help="model sets to run")
     ap.add_argument("--no-docs", action="store_true")
     args = ap.parse_args()
@@ -303,6 +323,8 @@ def main() -> None:
         recs += public_recordings(args.public)
     if "calls" in wanted:
         recs += call_recordings(root, args.calls_per_source, args.call_seconds)
+    if "long" in wanted:
+        recs += call_recordings(root, args.long_calls_per_source, args.long_call_seconds, long=True)
     reg = ModelRegistry(Settings())
     wseg, cam = Segmenter.from_registry(reg), CamPlusPlus.from_registry(reg)
     cfg = DiarizationConfig()
@@ -319,8 +341,9 @@ def main() -> None:
     results = run(diarizers, recs, args.cache)
     with open(args.cache / "results.pkl", "wb") as fh:
         pickle.dump(results, fh)
-    shipped = {False: (cfg.threshold, cfg.min_cluster_size),
-               True: (cfg.telephone_threshold, cfg.telephone_min_cluster_size)}  # fmt: skip
+    shipped = {False: (cfg.threshold, cfg.min_cluster_size, cfg.min_cluster_fraction),
+               True: (cfg.telephone_threshold, cfg.telephone_min_cluster_size,
+                      cfg.telephone_min_cluster_fraction)}  # fmt: skip
     rows = table(results, shipped)
     everywhere = {
         m: (choose(results, None, BEFORE, False), choose(results, None, m, True)) for m in diarizers
@@ -339,8 +362,8 @@ def pct(x: float) -> str:
 
 def markdown(
     rows: dict[tuple[str, str, str], Row],
-    shipped: dict[bool, tuple[float, int]],
-    best: dict[str, tuple[tuple[float, int], tuple[float, int]]],
+    shipped: dict[bool, Setting],
+    best: dict[str, tuple[Setting, Setting]],
     n_recs: int,
 ) -> str:
     lines = [
@@ -348,7 +371,7 @@ def markdown(
         "DER, shipped setting | DER, count given | count right, left out | count = speakers ≥ 2 s |",
         "|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
-    order = sorted(rows, key=lambda k: (k[0].startswith("calls:"), k[0], CHANNELS.index(k[1]), k[2]))
+    order = sorted(rows, key=lambda k: (":" in k[0], k[0], CHANNELS.index(k[1]), k[2]))
     for key in order:
         s, ch, model = key
         r = rows[key]
@@ -360,9 +383,10 @@ def markdown(
         )
     lines += [
         "",
-        f"{n_recs} recordings. Left out: clustering threshold and smallest speaker cluster chosen without "
-        f"the recording's group (grid of {len(GRID)} settings; one choice for wideband audio, one for all "
-        f"lines pooled). Shipped settings (threshold, smallest cluster): wideband {shipped[False]}, "
+        f"{n_recs} recordings. Left out: clustering threshold, smallest speaker cluster and its smallest "
+        f"share of the embeddings chosen without the recording's group (grid of {len(GRID)} settings; one "
+        f"choice for wideband audio, one for all lines pooled; long calls are left out with their source's "
+        f"short calls). Shipped settings (threshold, smallest cluster, share): wideband {shipped[False]}, "
         f"telephone {shipped[True]}; chosen on everything: "
         + "; ".join(f"{m}: wideband {w}, lines {t}" for m, (w, t) in best.items())
         + ". Collar 0.25 s each side, overlap scored. `python -m eval.telephone_diarization`.",
@@ -376,7 +400,7 @@ def plot(rows: dict[tuple[str, str, str], Row]) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    sets = [s for s in ("ami", "public", "calls") if any(k[0] == s for k in rows)]
+    sets = [s for s in ("ami", "public", "calls", "long") if any(k[0] == s for k in rows)]
     fig, axes = plt.subplots(1, len(sets), figsize=(4.5 * len(sets), 4.5), sharey=True, squeeze=False)
     for ax, s in zip(axes[0], sets, strict=True):
         y = np.arange(len(CHANNELS))

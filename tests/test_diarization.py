@@ -183,6 +183,34 @@ def test_given_count_ignores_a_stray_embedding() -> None:
     assert len(speakers) == 3 and labels[12] in speakers
 
 
+def test_smallest_speaker_share_drops_stray_clusters_of_long_audio() -> None:
+    """Two voices of 200 embeddings each (a long call) and three stray clumps of 3: a fixed smallest
+    cluster of 2 keeps the clumps as speakers, a smallest share of 2 % (9 embeddings) does not.
+    Rules cut one tree: cutting a tree made beforehand gives the same speakers."""
+    rng = np.random.default_rng(1)
+    basis = np.eye(16)
+    x = np.stack(
+        [basis[0] + 0.15 * rng.standard_normal(16) for _ in range(200)]
+        + [basis[1] + 0.15 * rng.standard_normal(16) for _ in range(200)]
+        + [basis[2 + k] + 0.05 * rng.standard_normal(16) for k in range(3) for _ in range(3)]
+    ).astype(np.float32)
+    x /= np.linalg.norm(x, axis=1, keepdims=True)
+    cfg = DiarizationConfig(
+        telephone_threshold=0.5, telephone_min_cluster_size=2, telephone_min_cluster_fraction=0.0
+    )
+    fixed = Diarizer(None, None, cfg)  # type: ignore[arg-type]
+    assert fixed.cluster(x, telephone=True).shape == (5, 16)
+    share = fixed.replace(telephone_min_cluster_fraction=0.02)
+    cents = share.cluster(x, telephone=True)
+    assert cents.shape == (2, 16)
+    assert sorted(int(np.argmax(c)) for c in cents) == [0, 1]
+    np.testing.assert_array_equal(share.cluster(x, telephone=True, tree=share.tree(x)), cents)
+    # the wideband rules have their own share, and a count given ignores it
+    assert fixed.replace(threshold=0.5, min_cluster_size=2).cluster(x).shape == (5, 16)
+    assert fixed.replace(threshold=0.5, min_cluster_fraction=0.02).cluster(x).shape == (2, 16)
+    assert share.cluster(x, num_speakers=3, telephone=True).shape == (3, 16)
+
+
 def test_unembedded_local_speaker_joins_the_co_active_speaker() -> None:
     """Chunk 0 links its local speaker 0 to speaker 1 on frames 0-299. Chunk 1 (20 frames later) has
     the same voice as local speaker 2 without an embedding, and speaker 0 linked as local speaker 0:
@@ -276,6 +304,8 @@ def test_config_validation() -> None:
         {"min_clean_s": 0.0},
         {"min_cluster_size": 0},
         {"given_min_size": 0},
+        {"min_cluster_fraction": 1.0},
+        {"telephone_min_cluster_fraction": -0.01},
     ):
         with pytest.raises(ValueError):
             DiarizationConfig(**bad)

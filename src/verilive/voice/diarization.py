@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
+from typing import NamedTuple
 
 import numpy as np
 
@@ -88,12 +89,19 @@ class DiarizationConfig:
         their embeddings is at least this. Lower means fewer speakers.
     min_cluster_size: clusters with fewer embeddings are not speakers; their local speakers go to
         the nearest speaker.
-    telephone_threshold, telephone_min_cluster_size: the same two rules for telephone audio, whose
-        embeddings (of the telephone band, by the telephone CAM++) lie closer together.
+    min_cluster_fraction: nor are clusters with fewer than this share of the clustered embeddings.
+        A long call has hundreds of embeddings and a handful of stray ones (a cough, a level jump)
+        that cluster apart: with a fixed size only, a 10 min two-party call through G.711 had 4
+        speakers (issue 48). The smallest speaker is the larger of the two rules.
+    telephone_threshold, telephone_min_cluster_size, telephone_min_cluster_fraction: the same rules
+        for telephone audio, whose embeddings (of the telephone band, by the telephone CAM++) lie
+        closer together.
     given_min_size: with ``num_speakers`` given, clusters of at least this many embeddings are the
         speakers counted against it. A voice that speaks for a moment is seen by several chunks;
         one stray embedding (a laugh, a mixed voice) is not, and counting it as a speaker made
-        the tree's last split "the stray one against everyone else".
+        the tree's last split "the stray one against everyone else". The smallest share
+        (``min_cluster_fraction``) raises it on long audio: on 5 min calls through lines with two
+        speakers given, DER 25 -> 17 % (docs/diarization.md).
     max_speakers: the most speakers reported, and the largest ``num_speakers`` accepted.
     max_cluster_items: the clustering sees at most this many embeddings, evenly spread over the
         audio; the rest are linked to the resulting centroids. Bounds its memory (n² similarities)
@@ -107,8 +115,10 @@ class DiarizationConfig:
     min_clean_s: float = 0.25
     threshold: float = 0.45
     min_cluster_size: int = 1
+    min_cluster_fraction: float = 0.0
     telephone_threshold: float = 0.6
-    telephone_min_cluster_size: int = 2
+    telephone_min_cluster_size: int = 1
+    telephone_min_cluster_fraction: float = 0.04
     given_min_size: int = 3
     max_speakers: int = 10
     max_cluster_items: int = 1000
@@ -130,6 +140,9 @@ class DiarizationConfig:
         for name in ("batch_size", *counts):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        for name in ("min_cluster_fraction", "telephone_min_cluster_fraction"):
+            if not 0.0 <= getattr(self, name) < 1.0:
+                raise ValueError(f"{name} is a share of the embeddings in [0, 1), got {getattr(self, name)}")
         if self.max_cluster_items < 2:
             raise ValueError(f"max_cluster_items must be >= 2, got {self.max_cluster_items}")
 
@@ -151,6 +164,13 @@ class LocalSpeakers:
     @property
     def embedded(self) -> np.ndarray:
         return ~np.isnan(self.embeddings[:, :, 0])
+
+
+class ClusterTree(NamedTuple):
+    """The embeddings clustered (at most ``max_cluster_items``) and their average-linkage merges."""
+
+    items: np.ndarray  # (m, 192) unit embeddings
+    merges: np.ndarray  # (m - 1, 3): cluster a, cluster b, mean similarity, in merge order
 
 
 class Diarizer:
@@ -302,21 +322,33 @@ class Diarizer:
                 out[c, k] = row
         return out
 
+    def tree(self, units: np.ndarray) -> ClusterTree:
+        """The average-linkage tree of at most ``max_cluster_items`` of the unit embeddings, evenly
+        spread (step 3); every clustering rule cuts the same tree."""
+        n = units.shape[0]
+        idx = np.unique(np.linspace(0, n - 1, min(n, self.config.max_cluster_items)).round().astype(np.int64))
+        x = units[idx]
+        return ClusterTree(x, _average_linkage(x) if x.shape[0] > 1 else np.zeros((0, 3)))
+
     def cluster(
-        self, units: np.ndarray, num_speakers: int | None = None, telephone: bool = False
+        self,
+        units: np.ndarray,
+        num_speakers: int | None = None,
+        telephone: bool = False,
+        tree: ClusterTree | None = None,
     ) -> np.ndarray:
         """(K, 192) unit speaker centroids from unit embeddings (step 3); ``telephone``: the
-        embeddings are of telephone audio (their own threshold and smallest cluster)."""
+        embeddings are of telephone audio (their own rules); ``tree``: ``self.tree(units)`` when
+        already made (an evaluation trying several rules on one recording)."""
         cfg = self.config
         threshold = cfg.telephone_threshold if telephone else cfg.threshold
         min_size = cfg.telephone_min_cluster_size if telephone else cfg.min_cluster_size
-        n = units.shape[0]
-        if n == 1:
+        fraction = cfg.telephone_min_cluster_fraction if telephone else cfg.min_cluster_fraction
+        if units.shape[0] == 1:
             return units.copy()
-        idx = np.unique(np.linspace(0, n - 1, min(n, cfg.max_cluster_items)).round().astype(np.int64))
-        x = units[idx]
-        merges = _average_linkage(x)
+        x, merges = tree or self.tree(units)
         m = x.shape[0]
+        min_size = max(min_size, math.ceil(fraction * m - 1e-9))
         n_merges = int(np.sum(merges[:, 2] >= threshold))
         labels = _cut(merges, m, n_merges)
         if num_speakers is None:
@@ -325,20 +357,27 @@ class Diarizer:
                 labels, _ = _cut_for(merges, m, cfg.max_speakers)
                 speakers = _large_clusters(labels, min_size)
         else:
-            labels, speakers = _cut_given(merges, m, n_merges, num_speakers, cfg.given_min_size)
+            given_min = max(cfg.given_min_size, math.ceil(fraction * m - 1e-9))
+            labels, speakers = _cut_given(merges, m, n_merges, num_speakers, given_min)
         cents = np.stack([x[labels == c].mean(axis=0) for c in speakers])
         return cents / np.maximum(np.linalg.norm(cents, axis=1, keepdims=True), 1e-12)
 
     def link(
-        self, local: LocalSpeakers, n_samples: int, sample_rate: int, num_speakers: int | None = None
+        self,
+        local: LocalSpeakers,
+        n_samples: int,
+        sample_rate: int,
+        num_speakers: int | None = None,
+        tree: ClusterTree | None = None,
     ) -> dict[str, list[tuple[int, int]]]:
-        """Steps 3 to 5: turns in input samples from the chunks' local speakers."""
+        """Steps 3 to 5: turns in input samples from the chunks' local speakers (``tree``: see
+        :meth:`cluster`)."""
         embedded = local.embedded
         if not embedded.any():
             # Speech too short to embed anywhere: one anonymous speaker, or nobody.
             frames = self.speaker_count(local) > 0
             return _to_output(frames[:, None], n_samples, sample_rate) if frames.any() else {}
-        centroids = self.cluster(local.embeddings[embedded], num_speakers, local.telephone)
+        centroids = self.cluster(local.embeddings[embedded], num_speakers, local.telephone, tree)
         sims = np.nan_to_num(local.embeddings) @ centroids.T  # (C, 3, K)
         speaker = np.where(embedded, np.argmax(sims, axis=-1), -1)
         return _to_output(self.reconstruct(local, speaker, len(centroids)), n_samples, sample_rate)
