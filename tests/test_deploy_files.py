@@ -73,9 +73,11 @@ def test_dockerfile_is_multi_stage_and_runtime_has_no_torch(dockerfile: str) -> 
     stages = _stages(dockerfile)
     assert {"wheel", "venv", "models", "runtime"} <= set(stages)
     assert list(stages)[-1] == "runtime"
-    # Conversion (torch) happens in the models stage only; the runtime venv has no convert extra.
-    assert "[convert]" in stages["models"]
-    assert "[convert]" not in stages["venv"] and "torch" not in stages["venv"]
+    # Conversion (torch) happens in the models stage only (its lock, requirements/convert.txt); the
+    # runtime venv installs the runtime lock, which has no torch (tests/test_lock.py).
+    assert "requirements/convert.txt" in stages["models"]
+    assert "requirements/runtime.txt" in stages["venv"]
+    assert "convert" not in stages["venv"] and "torch" not in stages["venv"]
     runtime = stages["runtime"]
     assert "--from=venv /opt/verilive" in runtime
     assert "--from=models" in runtime and "/opt/convert" not in runtime
