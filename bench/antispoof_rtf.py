@@ -31,7 +31,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=10)
     args = ap.parse_args()
     registry = ModelRegistry(Settings(), ids=[MODEL_ID])
-    anti = AntiSpoof(registry=registry, vad=SileroVad(registry.session(MODEL_ID)))
+    anti = AntiSpoof(registry=registry, vad=SileroVad.from_registry(registry))
     speech = ten_seconds()
     for seconds in (5, 10, 30):
         x = np.tile(speech, 3)[: seconds * 16000]

@@ -64,7 +64,7 @@ def vad() -> SileroVad:
     store = ModelStore.from_settings(settings)
     if store.missing([MODEL_ID]):
         store.pull(MODEL_ID)
-    return SileroVad(ModelRegistry(settings, ids=[MODEL_ID]).session(MODEL_ID))
+    return SileroVad.from_registry(ModelRegistry(settings, ids=[MODEL_ID]))
 
 
 @pytest.fixture(scope="module")

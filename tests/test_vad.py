@@ -61,17 +61,33 @@ def libri(n: int) -> list[Path]:
 
 
 @pytest.fixture(scope="module")
-def session() -> Any:
+def registry() -> ModelRegistry:
     settings = Settings()
     store = ModelStore.from_settings(settings)
     if store.missing([MODEL_ID]):
         store.pull(MODEL_ID)
-    return ModelRegistry(settings, ids=[MODEL_ID]).session(MODEL_ID)
+    return ModelRegistry(settings, ids=[MODEL_ID])
 
 
 @pytest.fixture(scope="module")
-def vad(session: Any) -> SileroVad:
-    return SileroVad(session)
+def session(registry: ModelRegistry) -> Any:
+    return registry.session(MODEL_ID)
+
+
+@pytest.fixture(scope="module")
+def vad(registry: ModelRegistry) -> SileroVad:
+    """The VAD the services use: batched numpy parts read from the model file."""
+    v = SileroVad.from_registry(registry)
+    assert v.batched_parts(), "the batched parts were not built"
+    return v
+
+
+@pytest.fixture(scope="module")
+def window_vad(session: Any) -> SileroVad:
+    """The model itself, one onnxruntime run per window."""
+    v = SileroVad(session)
+    assert v.batched_parts() is None
+    return v
 
 
 @pytest.fixture(scope="module")
@@ -282,6 +298,71 @@ def test_other_rates_are_resampled_and_map_back(vad: SileroVad, speech: tuple[np
         assert (mask[:n] == ref[:n]).mean() > 0.95, rate
 
 
+# ------------------------------------------------------------------------------- batched parts (issue 49)
+
+
+@pytest.mark.slow
+def test_batched_parts_equal_the_model_window_by_window(vad: SileroVad, window_vad: SileroVad) -> None:
+    """Real speech at 16 kHz, through 8 kHz, and at 44.1 kHz: the same probabilities within float
+    rounding (measured under 2e-6), and the same speech intervals."""
+    worst = 0.0
+    for path in [*libri(3), AMI / "sample" / "sample.flac"]:
+        x, sr = load(path)
+        x = x[: 40 * sr]  # 40 s of a meeting: 1250 windows, several batches
+        for rate in (sr, 8000, 44100):
+            y = x if rate == sr else resample(x, sr, rate)
+            a, _ = vad.probabilities(y, rate)
+            b, _ = window_vad.probabilities(y, rate)
+            assert a.shape == b.shape
+            worst = max(worst, float(np.abs(a - b).max()))
+            assert vad.segments(y, rate) == window_vad.segments(y, rate), (path.name, rate)
+    assert worst < 1e-5, worst
+
+
+@pytest.mark.slow
+def test_parts_that_do_not_reproduce_the_model_are_not_used(
+    registry: ModelRegistry, window_vad: SileroVad, speech: tuple[np.ndarray, int],
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, tmp_path: Path,
+) -> None:  # fmt: skip
+    import verilive.voice.vad as vad_module
+
+    x, sr = speech
+    want, _ = window_vad.probabilities(x[: 4 * sr], sr)
+    # a tolerance no float computation meets: the probe check fails, the VAD runs window by window
+    monkeypatch.setattr(vad_module, "_PARTS_TOLERANCE", -1.0)
+    strict = SileroVad.from_registry(registry)
+    with caplog.at_level("WARNING", logger="verilive.voice.vad"):
+        assert strict.batched_parts() is None
+    assert "window by window" in caplog.text
+    np.testing.assert_array_equal(strict.probabilities(x[: 4 * sr], sr)[0], want)
+    monkeypatch.undo()
+    # a file that is not the model (here: another graph) leaves the VAD correct as well
+    other = tmp_path / "other.onnx"
+    other.write_bytes(b"\x08\x07" + bytes(100))
+    broken = SileroVad(registry.session(MODEL_ID), model_path=other)
+    assert broken.batched_parts() is None
+    np.testing.assert_array_equal(broken.probabilities(x[: 4 * sr], sr)[0], want)
+
+
+@pytest.mark.slow
+def test_batched_parts_need_no_onnx(registry: ModelRegistry) -> None:
+    """The weights are read with onnxruntime and the runtime's protobuf schema only."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; sys.modules['onnx'] = None\n"
+        "from pathlib import Path\n"
+        "from verilive.voice.vad import _BatchedSilero\n"
+        f"data = Path({str(registry.path(MODEL_ID))!r}).read_bytes()\n"
+        "p = {mr: _BatchedSilero.from_model(data, mr) for mr in (8000, 16000)}\n"
+        "print(p[16000].n_fft, p[8000].n_fft, p[16000].bins, p[8000].bins)\n"
+    )
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr[-2000:]
+    assert r.stdout.split() == ["256", "128", "129", "65"]
+
+
 # ------------------------------------------------------------------------------- independence, threads
 
 
@@ -313,14 +394,16 @@ def test_thread_safe(vad: SileroVad) -> None:
 
 @pytest.mark.slow
 def test_long_input_is_processed_in_bounded_blocks(vad: SileroVad) -> None:
-    # 5 minutes of quiet noise at 8 kHz: the call must not build per-window arrays of the whole signal.
-    x = (np.random.default_rng(3).standard_normal(300 * 8000) * 1e-3).astype(np.float32)
-    tracemalloc.start()
-    probs, _ = vad.probabilities(x, 8000)
-    peak = tracemalloc.get_traced_memory()[1]
-    tracemalloc.stop()
-    assert probs.shape == (-(-len(x) // 256),)
-    assert peak < 5 * 2**20, peak  # the signal is 9.6 MB; framing all of it would take over 10 MB
+    # 5 minutes of quiet noise: the call must not build per-window arrays of the whole signal.
+    for rate, window in ((8000, 256), (16000, 512)):
+        x = (np.random.default_rng(3).standard_normal(300 * rate) * 1e-3).astype(np.float32)
+        tracemalloc.start()
+        probs, _ = vad.probabilities(x, rate)
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        assert probs.shape == (-(-len(x) // window),)
+        # the signal is 9.6 / 19.2 MB; framing all of it would take over 10 / 20 MB
+        assert peak < 6 * 2**20, (rate, peak)
 
 
 # ------------------------------------------------------------------------------- reference F1

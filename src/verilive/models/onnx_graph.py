@@ -1,15 +1,18 @@
 """Cut a sub-graph out of a serialized ONNX model without the ``onnx`` package (issue 49).
 
-The services run on onnxruntime alone; ``onnx`` (31 MB) is only needed to convert models. One
-runtime job edits a graph: the CAM++ front module is cut out of the converted CAM++ model for the
-anti-spoofing features. This module declares the few ONNX protobuf fields that job reads (node
-names, inputs and outputs, initializer names, graph inputs and outputs) as a small protobuf schema
-of its own; every other field (attributes, tensor data, opsets, metadata) is kept byte for byte as
-an unknown field when the model is parsed and written back. Field numbers are ONNX's (onnx.proto3).
+The services run on onnxruntime alone; ``onnx`` (31 MB) is only needed to convert models. Two
+runtime jobs edit a graph: the CAM++ front module is cut out of the converted CAM++ model for the
+anti-spoofing features, and Silero VAD's per-window encoder and weights are cut out of one branch
+of its sample-rate ``If`` so the encoder runs batched (voice/vad.py). This module declares the few
+ONNX protobuf fields those jobs read (node names, inputs, outputs and sub-graph attributes,
+initializer names, graph inputs and outputs) as a small protobuf schema of its own; every other
+field (other attributes, tensor data, opsets, metadata) is kept byte for byte as an unknown field
+when the model is parsed and written back. Field numbers are ONNX's (onnx.proto3).
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import cache
 from typing import Any
 
@@ -39,7 +42,9 @@ _FIELDS: dict[str, list[tuple[str, int, int, int, str]]] = {
         ("output", 2, _STR, _MANY, ""),
         ("name", 3, _STR, _ONE, ""),
         ("op_type", 4, _STR, _ONE, ""),
+        ("attribute", 5, _MSG, _MANY, "AttributeProto"),
     ],
+    "AttributeProto": [("name", 1, _STR, _ONE, ""), ("g", 6, _MSG, _ONE, "GraphProto")],
     "TensorProto": [("name", 8, _STR, _ONE, "")],
     "ValueInfoProto": [("name", 1, _STR, _ONE, ""), ("type", 2, _MSG, _ONE, "TypeProto")],
     "TypeProto": [("tensor_type", 1, _MSG, _ONE, "TensorTypeProto")],
@@ -72,39 +77,72 @@ def parse_model(data: bytes) -> Any:
     return model
 
 
-def cut_subgraph(data: bytes, output: str, name: str) -> bytes:
-    """A model computing only graph output ``output`` (float32, a tensor some node writes) of the
-    serialized model ``data``: the nodes it depends on, their initializers, the graph inputs they
-    read. The graph's nodes must be in topological order (ONNX requires it)."""
+def cut_subgraph(
+    data: bytes, output: str | Sequence[str], name: str, branch: tuple[str, str] | None = None
+) -> bytes:
+    """A model computing only the graph outputs ``output`` (float32 tensors some node writes) of the
+    serialized model ``data``: the nodes they depend on, their initializers, the graph inputs they
+    read. The graph's nodes must be in topological order (ONNX requires it).
+
+    ``branch`` = (node name, attribute name) cuts from a sub-graph instead, e.g. one branch of an
+    ``If``: names the branch reads from the outer scope must be inputs of the main graph."""
+    outputs = [output] if isinstance(output, str) else list(output)
     model = parse_model(data)
     graph = model.graph
-    if not any(output in n.output for n in graph.node):
-        raise ValueError(f"no node of the graph writes {output!r}")
-    needed, keep = {output}, []
+    outer_inputs = list(graph.input)
+    if branch is not None:
+        graph = _subgraph(graph, *branch)
+    for out_name in outputs:
+        if not any(out_name in n.output for n in graph.node):
+            raise ValueError(f"no node of the graph writes {out_name!r}")
+    needed, keep = set(outputs), []
     for node in reversed(graph.node):
         if needed.intersection(node.output):
             keep.append(node)
             needed.update(i for i in node.input if i)
     keep.reverse()
     inits = [t for t in graph.initializer if t.name in needed]
-    inputs = [v for v in graph.input if v.name in needed]
-    nodes = [type(n)() for n in keep]
-    for dst, src in zip(nodes, keep, strict=True):
-        dst.CopyFrom(src)
-    init_copies = [type(t)() for t in inits]
-    for dst, src in zip(init_copies, inits, strict=True):
-        dst.CopyFrom(src)
-    input_copies = [type(v)() for v in inputs]
-    for dst, src in zip(input_copies, inputs, strict=True):
-        dst.CopyFrom(src)
-    del graph.node[:], graph.initializer[:], graph.input[:], graph.output[:], graph.value_info[:]
-    graph.node.extend(nodes)
-    graph.initializer.extend(init_copies)
-    graph.input.extend(input_copies)
-    out = graph.output.add(name=output)
-    out.type.tensor_type.elem_type = FLOAT
-    graph.name = name
+    written = {o for n in keep for o in n.output}
+    inputs = [v for v in (graph.input if branch is None else outer_inputs) if v.name in needed - written]
+    nodes = [_copy(n) for n in keep]
+    init_copies = [_copy(t) for t in inits]
+    input_copies = [_copy(v) for v in inputs]
+    main = model.graph
+    if branch is not None:
+        unresolved = needed - written - {t.name for t in inits} - {v.name for v in inputs}
+        if unresolved:
+            raise ValueError(f"the branch reads names the main graph does not give: {sorted(unresolved)}")
+    del main.node[:], main.initializer[:], main.input[:], main.output[:], main.value_info[:]
+    main.node.extend(nodes)
+    main.initializer.extend(init_copies)
+    main.input.extend(input_copies)
+    for out_name in outputs:
+        out = main.output.add(name=out_name)
+        out.type.tensor_type.elem_type = FLOAT
+    main.name = name
     return model.SerializeToString()
+
+
+def _copy(message: Any) -> Any:
+    dst = type(message)()
+    dst.CopyFrom(message)
+    return dst
+
+
+def _subgraph(graph: Any, node_name: str, attribute: str) -> Any:
+    for node in graph.node:
+        if node.name == node_name:
+            for attr in node.attribute:
+                if attr.name == attribute and attr.HasField("g"):
+                    return attr.g
+            raise ValueError(f"node {node_name!r} has no sub-graph attribute {attribute!r}")
+    raise ValueError(f"no node named {node_name!r} in the graph")
+
+
+def branch_nodes(data: bytes, node_name: str, attribute: str) -> list[tuple[str, str, list[str]]]:
+    """(name, op type, outputs) of every node of a sub-graph (e.g. an ``If`` branch), in order."""
+    sub = _subgraph(parse_model(data).graph, node_name, attribute)
+    return [(n.name, n.op_type, list(n.output)) for n in sub.node]
 
 
 def node_names(data: bytes) -> list[tuple[str, str, list[str]]]:
