@@ -44,6 +44,9 @@ def wav(x: np.ndarray, sr: int) -> bytes:
     return buf.getvalue()
 
 
+JSONH = {"content-type": "application/json"}
+
+
 def from_samples(c: TestClient, x: np.ndarray, sr: int, query: str = "") -> str:
     r = c.post(
         f"/voice_template_factory/create_voice_template_from_samples?sample_rate={sr}{query}",
@@ -131,6 +134,53 @@ def test_identification_flow(voice: TestClient, speech: dict) -> None:
         json={"voice_template": probes[keys[0]], "identification_list": ident_list},
     ).json()
     assert strict["threshold"] > lax["threshold"]
+
+
+@pytest.mark.slow
+def test_identification_with_a_list_over_a_megabyte(voice: TestClient, speech: dict) -> None:
+    """A list of 3,000 rows (~1.6 MB of base64) is decoded straight from the request bytes (issue 49):
+    the same scores as the same list sent with escaped slashes (which takes the ordinary JSON parse),
+    and a list corrupted in the middle gets the same error either way."""
+    from verilive.voice.templates import VoiceTemplate
+
+    rng = np.random.default_rng(5)
+    filler = []
+    for _ in range(3000):
+        wide, tel = rng.standard_normal((2, 192)).astype(np.float32)
+        t = VoiceTemplate(INIT_DATA_ID, wide / np.linalg.norm(wide), 1, 4000.0, 1, tel / np.linalg.norm(tel))
+        filler.append(t.encode())
+    enrol = {k: from_samples(voice, x[: x.size // 2], sr) for k, (x, sr) in speech.items()}
+    keys = list(enrol)
+    r = voice.post("/identification_engine/create_identification_list", json={"voice_templates": filler})
+    assert r.status_code == 200, r.text[:300]
+    assert len(r.json()) > 2**20  # over server.uploads.LARGE_STRING: the enrich reads it from the bytes
+    r = voice.post(
+        "/identification_engine/enrich_identification_list",
+        json={"identification_list": r.json(), "voice_templates": [enrol[k] for k in keys]},
+    )
+    assert r.status_code == 200, r.text[:300]
+    listed = r.json()
+    assert "/" in listed
+    for i, k in enumerate(keys):
+        x, sr = speech[k]
+        probe = from_samples(voice, x[x.size // 2 :], sr)
+        plain = f'{{"voice_template": "{probe}", "identification_list": "{listed}"}}'
+        escaped = plain.replace("/", "\\/")  # as PHP's json_encode writes it: the ordinary parse
+        fast = voice.post("/identification_engine/identify", content=plain, headers=JSONH)
+        slow = voice.post("/identification_engine/identify", content=escaped, headers=JSONH)
+        assert fast.status_code == slow.status_code == 200, (fast.text[:300], slow.text[:300])
+        assert fast.json() == slow.json()
+        scores = fast.json()["scores"]
+        assert len(scores) == 3000 + len(keys) and int(np.argmax(scores)) == 3000 + i
+    mid = len(listed) // 2
+    broken = listed[:mid] + ("B" if listed[mid] == "A" else "A") + listed[mid + 1 :]  # still base64
+    for text in (broken, listed[:mid] + "*" + listed[mid + 1 :]):
+        body = f'{{"voice_template": "{probe}", "identification_list": "{text}"}}'
+        a = voice.post("/identification_engine/identify", content=body, headers=JSONH)
+        b = voice.post("/identification_engine/identify", content=body.replace("/", "\\/"), headers=JSONH)
+        ea, eb = assert_error(a, a.status_code), assert_error(b, b.status_code)
+        assert a.status_code == b.status_code and 400 <= a.status_code < 500
+        assert (ea["error_code"], ea["message"]) == (eb["error_code"], eb["message"])
 
 
 def test_summary_snr_quality_both_variants(voice: TestClient, speech: dict) -> None:

@@ -427,7 +427,7 @@ async def create_identification_list(ctx: Ctx, request: Request) -> str:
     openapi_extra=json_body_schema(EnrichListRequest),
 )
 async def enrich_identification_list(ctx: Ctx, request: Request) -> str:
-    body = await json_model(request, EnrichListRequest)
+    body = await json_model(request, EnrichListRequest, base64_fields=("identification_list",))
     return await run(voice_engine(ctx).enrich_list, body.identification_list, body.voice_templates)
 
 
@@ -442,7 +442,7 @@ async def identify(
     request: Request,
     acceptance_level: OptFloat = None,
 ) -> Response:
-    body = await json_model(request, IdentifyRequest)
+    body = await json_model(request, IdentifyRequest, base64_fields=("identification_list",))
     scores, threshold = await run(
         voice_engine(ctx).identify, body.voice_template, body.identification_list, acceptance_level
     )

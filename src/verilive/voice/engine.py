@@ -17,6 +17,7 @@ from functools import cached_property
 import numpy as np
 
 from verilive.audio import Audio
+from verilive.base64text import DecodedBase64
 from verilive.errors import InvalidInput, InvalidParameter
 from verilive.models.sessions import ModelRegistry
 from verilive.models.store import packaged_path
@@ -331,13 +332,13 @@ class VoiceEngine:
         templates = [VoiceTemplate.decode(t, f"voice template #{i}") for i, t in enumerate(texts)]
         return IdentificationList.from_templates(templates, INIT_DATA_ID, self.tel_map).encode()
 
-    def enrich_list(self, list_text: str, texts: list[str]) -> str:
+    def enrich_list(self, list_text: str | DecodedBase64, texts: list[str]) -> str:
         ident = IdentificationList.decode(list_text)
         templates = [VoiceTemplate.decode(t, f"voice template #{i}") for i, t in enumerate(texts)]
         return ident.extend(templates, self.tel_map).encode()
 
     def identify(
-        self, template_text: str, list_text: str, acceptance_level: float | None
+        self, template_text: str, list_text: str | DecodedBase64, acceptance_level: float | None
     ) -> tuple[np.ndarray, float]:
         threshold = self.identification_threshold(acceptance_level)
         probe = VoiceTemplate.decode(template_text, "voice_template")

@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 import pybase64
 
+from verilive.base64text import DecodedBase64
 from verilive.errors import InvalidParameter
 from verilive.voice.templates import (
     TEL,
@@ -183,12 +184,17 @@ class IdentificationList:
 
     @classmethod
     def decode(cls, text: object) -> IdentificationList:
-        if not isinstance(text, str) or not text:
-            raise ListError("The identification list must be a non-empty string")
-        try:
-            raw = pybase64.b64decode(text, validate=True)
-        except (binascii.Error, ValueError) as exc:
-            raise ListError("The identification list is not valid base64") from exc
+        """The list from its base64 text, or from that text already decoded by the server's JSON
+        reader (:class:`DecodedBase64`, only ever made from valid base64: same checks after it)."""
+        if isinstance(text, DecodedBase64):
+            raw = text.data
+        else:
+            if not isinstance(text, str) or not text:
+                raise ListError("The identification list must be a non-empty string")
+            try:
+                raw = pybase64.b64decode(text, validate=True)
+            except (binascii.Error, ValueError) as exc:
+                raise ListError("The identification list is not valid base64") from exc
         if len(raw) < _HEAD.size + 4 or raw[:4] != MAGIC:
             raise ListError("The identification list is not a verilive identification list")
         body, (crc,) = memoryview(raw)[:-4], struct.unpack("<I", raw[-4:])
