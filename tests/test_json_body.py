@@ -191,3 +191,24 @@ def test_a_chunked_body_without_length_is_read_whole(client: TestClient) -> None
     assert r.status_code == 200, r.text[:300]
     assert r.json()["list"] == hashlib.sha256(base64.b64decode(LIST)).hexdigest()
     assert r.json()["decoded"] is True
+
+
+@pytest.mark.parametrize("bad", ["*", "=", "\n", "é"])
+def test_a_failed_decode_in_place_leaves_the_body_as_it_came(
+    monkeypatch: pytest.MonkeyPatch, bad: str
+) -> None:
+    """Pieces decoded before the bad one are encoded back: the ordinary parse then sees the body
+    the client sent, byte for byte."""
+    from verilive.server import uploads
+
+    monkeypatch.setattr(uploads, "_PIECE", 16)  # many pieces in a short text
+    text = base64.b64encode(bytes(range(256)) * 3).decode()
+    for where in (0, 17, len(text) // 2, len(text) - 3):
+        broken = (text[:where] + bad + text[where + 1 :]).encode()
+        body = bytearray(b'{"x": "' + broken + b'"}')
+        before = bytes(body)
+        assert uploads._decode_in_place(memoryview(body), 7, 7 + len(broken)) is None
+        assert bytes(body) == before, where
+    body = bytearray(b'{"x": "' + text.encode() + b'"}')
+    out = uploads._decode_in_place(memoryview(body), 7, 7 + len(text))
+    assert out is not None and bytes(out) == bytes(range(256)) * 3

@@ -156,38 +156,33 @@ async def json_model(request: Request, model: type[M], base64_fields: tuple[str,
         raise RequestValidationError(errors) from None
 
 
-# base64 text is checked and decoded per piece of this many characters (a multiple of 4)
+# base64 text is decoded per piece of this many characters (a multiple of 4)
 _PIECE = 1 << 22
 
 
-def _valid_base64(text: memoryview) -> bool:
-    """Whether ``text`` is base64 as ``pybase64.b64decode(..., validate=True)`` reads it: checked
-    piece by piece, each piece's bytes dropped (small buffers the allocator reuses)."""
+def _decode_in_place(view: memoryview, start: int, end: int) -> memoryview | None:
+    """The bytes of the base64 text ``view[start:end]``, written piece by piece over the text
+    itself (each piece's bytes land behind the text still to read), or None when the text is not
+    base64 as ``pybase64.b64decode(..., validate=True)`` reads it (padding may only end it); the
+    text is then as it was: the pieces already decoded are encoded back.
+
+    A 52 MB list decoded into a new buffer cost ~30 ms of page faults for its 39 MB; decoded here it
+    costs about 13 ms and no memory (issue 49)."""
     import pybase64
 
-    n = len(text)
-    if n % 4:
-        return False
-    for at in range(0, n, _PIECE):
-        stop = min(n, at + _PIECE)
-        try:
-            piece = pybase64.b64decode(text[at:stop], validate=True)
-        except ValueError:  # binascii.Error too
-            return False
-        if stop < n and len(piece) != (stop - at) // 4 * 3:
-            return False  # padding before the end
-    return True
-
-
-def _decode_in_place(view: memoryview, start: int, end: int) -> memoryview:
-    """The bytes of the valid base64 text ``view[start:end]``, written piece by piece over the text
-    itself (each piece's bytes land behind the text still to read). A 52 MB list decoded into a new
-    buffer cost ~30 ms of page faults for its 39 MB; here it costs a few ms and no memory (issue 49)."""
-    import pybase64
-
+    if (end - start) % 4:
+        return None
     out = start
     for at in range(start, end, _PIECE):
-        piece = pybase64.b64decode(view[at : min(end, at + _PIECE)], validate=True)
+        stop = min(end, at + _PIECE)
+        try:
+            piece = pybase64.b64decode(view[at:stop], validate=True)
+        except ValueError:  # binascii.Error too
+            piece = None
+        if piece is None or (stop < end and len(piece) != (stop - at) // 4 * 3):
+            # Whole 4-character groups without padding encode back to exactly their text.
+            view[start:at] = pybase64.b64encode(view[start:out])
+            return None
         view[out : out + len(piece)] = piece
         out += len(piece)
     return view[start:out]
@@ -195,14 +190,15 @@ def _decode_in_place(view: memoryview, start: int, end: int) -> memoryview:
 
 def _large_base64(body: bytes | bytearray, model: type[M], fields: tuple[str, ...]) -> M | None:
     """``model`` from ``body`` with its long strings in ``fields`` decoded from the body bytes, or
-    None when the ordinary parse must decide (``body`` is then untouched, nothing reported).
+    None when the ordinary parse must decide (``body`` is then as it came, nothing reported).
 
-    Every string literal is found by its quotes; a string with a backslash (an escape) anywhere
-    gives up, so a quote found is always a string's end. Long strings must be valid base64 (which
-    also rules out control characters and non-ASCII bytes the JSON reader would refuse). The rest of
-    the body, with short placeholders for the long strings, is validated by pydantic as usual, and
-    the placeholders must come back, each once, in ``fields``. Only then, when nothing can fail,
-    are the long strings decoded: over their own text when ``body`` is a buffer."""
+    Every string literal is found by its quotes. A short string with a backslash (an escape) gives
+    up; a long one must be base64, whose alphabet has no backslash, so a quote found is always a
+    string's end. The rest of the body, with short placeholders for the long strings, is validated
+    by pydantic as usual, and the placeholders must come back, each once, in ``fields``. Then the
+    long strings are decoded, over their own text when ``body`` is a buffer; one that is not base64
+    (which also covers control characters and non-ASCII bytes the JSON reader would refuse) undoes
+    the decoding done so far and gives up."""
     from verilive.base64text import DecodedBase64
 
     data = memoryview(body)
@@ -210,12 +206,12 @@ def _large_base64(body: bytes | bytearray, model: type[M], fields: tuple[str, ..
     pos = 0
     while (start := body.find(b'"', pos)) != -1:
         end = body.find(b'"', start + 1)
-        if end == -1 or body.find(b"\\", start + 1, end) != -1:
+        if end == -1:
             return None
         if end - start - 1 >= LARGE_STRING:
-            if not _valid_base64(data[start + 1 : end]):
-                return None
             long.append((start + 1, end))
+        elif body.find(b"\\", start + 1, end) != -1:
+            return None
         pos = end + 1
     if not long:
         return None
@@ -236,13 +232,29 @@ def _large_base64(body: bytes | bytearray, model: type[M], fields: tuple[str, ..
     if len(found) != len(long):  # a long string elsewhere, or one twice: not this path's job
         return None
     update: dict[str, DecodedBase64] = {}
+    done: list[tuple[int, int, memoryview]] = []
     for i, name in found.items():
         start, end = long[i]
         if isinstance(body, bytearray):
-            raw: bytes | memoryview = _decode_in_place(data, start, end)
+            raw: bytes | memoryview | None = _decode_in_place(data, start, end)
         else:
+            raw = _decode_copy(data[start:end])
+        if raw is None:
             import pybase64
 
-            raw = pybase64.b64decode(data[start:end], validate=True)
+            for s0, e0, decoded in done:  # leave the body as it came for the ordinary parse
+                data[s0:e0] = pybase64.b64encode(decoded)
+            return None
+        if isinstance(raw, memoryview):
+            done.append((start, end, raw))
         update[name] = DecodedBase64(raw, end - start)
     return parsed.model_copy(update=update)
+
+
+def _decode_copy(text: memoryview) -> bytes | None:
+    import pybase64
+
+    try:
+        return pybase64.b64decode(text, validate=True)
+    except ValueError:  # binascii.Error too
+        return None
