@@ -43,6 +43,7 @@ BENCHES: dict[str, tuple[list[str], list[tuple[str, str]]]] = {
         [
             ("identify 100k v2, server ms", r"server ms: median ([\d.]+)"),
             ("identify server RSS peak MiB", r"server RSS: \d+ MiB now, (\d+) MiB peak"),
+            ("server RSS peak before identify, MiB", r"MiB peak \((\d+) MiB before identify"),
         ],
     ),
     "identify-tel": (

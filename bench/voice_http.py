@@ -119,6 +119,7 @@ def identify(
             content=(np.clip(x, -1, 1) * 32767).astype("<i2").tobytes(),
             headers={"content-type": "application/octet-stream"},
         ).json()
+        _, peak_before = rss_mb(pid)  # models loaded, one template made: the peak before identify
         # Encoded once: the client's own JSON encoding would compete with the server for the CPU.
         payload = json.dumps({"voice_template": probe, "identification_list": list_text}).encode()
         times = []
@@ -138,7 +139,7 @@ def identify(
         f"as base64), probe at {probe_rate} Hz, body sent as {client}"
     )
     print(f"server ms: {summary(times)}")
-    print(f"server RSS: {rss:.0f} MiB now, {peak:.0f} MiB peak")
+    print(f"server RSS: {rss:.0f} MiB now, {peak:.0f} MiB peak ({peak_before:.0f} MiB before identify calls)")
 
 
 def diarize(minutes: float, repeats: int) -> None:
