@@ -244,3 +244,30 @@ def test_malloc_arenas_are_capped_by_the_setting(monkeypatch: pytest.MonkeyPatch
     monkeypatch.setattr(runner.sys, "platform", "darwin")
     assert runner.limit_malloc_arenas(2) is False
     assert len(calls) == 1
+
+
+def test_release_free_memory_returns_freed_heap_pages() -> None:
+    """What start-up frees stays in glibc's heap (and in the RSS) until malloc_trim: blocks below
+    the mmap threshold, freed under one that is kept, are returned by release_free_memory."""
+    import sys
+
+    import numpy as np
+
+    from verilive.server.memory import release_free_memory
+
+    if not sys.platform.startswith("linux"):
+        assert release_free_memory() is False
+        return
+
+    def rss_mib() -> float:
+        with open("/proc/self/status") as f:
+            return next(int(line.split()[1]) for line in f if line.startswith("VmRSS")) / 1024
+
+    release_free_memory()
+    blocks = [np.ones(8192) for _ in range(2000)]  # 64 KiB each: from the heap, 125 MiB in all
+    keep = np.ones(8192)  # allocated last: the heap's top stays in use, so free() cannot shrink it
+    del blocks
+    before = rss_mib()
+    assert release_free_memory() is True
+    assert before - rss_mib() > 60, (before, rss_mib())
+    assert keep.sum() == 8192

@@ -20,6 +20,7 @@ from verilive.server.auth import BACKOFFICE_PATHS, ApiKeyMiddleware, KeyRing, Ra
 from verilive.server.buildinfo import git_commit
 from verilive.server.context import ServiceContext
 from verilive.server.errors import install_error_handlers
+from verilive.server.memory import release_free_memory
 from verilive.server.metrics import ServiceMetrics
 from verilive.server.middleware import RequestContextMiddleware
 from verilive.server.openapi import install_openapi
@@ -189,6 +190,7 @@ def create_service_app(
                 ).set(1 if st.get("loaded") else 0)
         for mid in models.missing(list(definition.required_models)):
             log.error("model %s is not installed; run: verilive models pull %s", mid, mid)
+        release_free_memory()  # what loading freed stays in the heap otherwise (server/memory.py)
         # Service problems (e.g. the capture key, or its local evaluation key) are said at start
         for problem in definition.problems(ctx) if definition.problems is not None else []:
             log.error("%s: %s", service, problem)
